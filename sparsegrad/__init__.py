@@ -1,0 +1,16 @@
+"""sparsegrad: exact sparse Jacobians of numpy code by forward-mode automatic differentiation.
+
+>>> import numpy as np
+>>> from sparsegrad import forward
+>>> def F(x): return np.exp(-x**2) - x[::-1]
+>>> F(forward.seed(np.linspace(0, 1, 5))).dvalue.shape
+(5, 5)
+"""
+from . import forward
+from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
+from ._fast import KERNELS
+
+version = __version__ = "0.1.0.dev0"
+
+__all__ = ["forward", "UnsupportedOperationError", "DensificationError",
+           "SeedMismatchError", "KERNELS", "version"]

@@ -1,0 +1,38 @@
+"""The kernel interface: compiled Cython kernels, or their pure-numpy twins.
+
+``kernels`` is the module every other part of sparsegrad calls; ``KERNELS`` says
+which implementation it is (``"compiled"`` or ``"reference"``).  The reference
+implementation is used when the extension is not built (a warning is issued
+once) or when the environment variable ``SPARSEGRAD_PURE_PYTHON=1`` asks for it.
+
+>>> from sparsegrad._fast import KERNELS
+>>> KERNELS in ("compiled", "reference")
+True
+"""
+import os
+import warnings
+
+from . import _reference as reference
+
+__all__ = ["kernels", "reference", "compiled", "KERNELS"]
+
+compiled = None
+if os.environ.get("SPARSEGRAD_PURE_PYTHON", "") not in ("", "0"):
+    kernels = reference
+    KERNELS = "reference"
+else:
+    try:
+        from . import _kernels as compiled
+    except ImportError as exc:  # extension not built: stay correct, say it is slow
+        warnings.warn(
+            "sparsegrad: the compiled kernels are not available (%s); using the "
+            "pure-numpy reference kernels, which are slower. Reinstall with "
+            "'pip install .' to build them." % exc,
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        kernels = reference
+        KERNELS = "reference"
+    else:
+        kernels = compiled
+        KERNELS = "compiled"

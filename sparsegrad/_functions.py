@@ -1,0 +1,864 @@
+"""The ``__array_function__`` table: numpy functions on forward values.
+
+Values always come from numpy's own function applied to the plain values, so
+they equal numpy's exactly; only the Jacobian is built here, by one of four
+mechanisms:
+
+* **data movement** (reshape, transpose, concatenate, pad, take, ...): the same
+  function is applied to the array of Jacobian row numbers, and the Jacobian
+  rows are gathered accordingly (:func:`_move`);
+* **linear maps** written as an einsum (sum, mean, trace, dot, matmul, inner,
+  outer, tensordot, einsum, cumsum): the sparse coefficient matrix of the map is
+  built from the einsum subscripts and multiplies the Jacobian
+  (:func:`_einsum_jacobian`);
+* **selection** (where, max, min, clip): rows of the selected operand, with the
+  union pattern of all candidates kept as structural zeros;
+* **composition** of other forward operations (diff, gradient, norm, prod).
+
+Functions outside the table raise ``TypeError`` naming the function.
+
+>>> import numpy as np
+>>> from sparsegrad import forward
+>>> x = forward.seed(np.arange(4.0))
+>>> np.sum(x.reshape(2, 2), axis=1).dvalue.toarray()
+array([[1., 1., 0., 0.],
+       [0., 0., 1., 1.]])
+"""
+import numbers
+import string
+
+import numpy as np
+import scipy.sparse
+
+from . import _jacobian as jac
+from ._errors import unsupported
+from ._fast import kernels
+from ._indexing import row_index
+from ._value import value, nvalue, make, broadcast_jacobian, check_inexact_seed
+
+INDEX_DTYPE = np.int64
+
+__all__ = ["FUNCTIONS", "PASS_THROUGH", "CREATION", "implements"]
+
+FUNCTIONS = {}
+
+
+def implements(*functions):
+    """Register the decorated function as the forward version of ``functions``."""
+    def register(implementation):
+        for function in functions:
+            FUNCTIONS[function] = implementation
+        return implementation
+    return register
+
+
+def _forwards(operands):
+    return [o for o in operands if isinstance(o, value)]
+
+
+def _refuse(name, **arguments):
+    """Raise for arguments that are given (not None / not numpy's no-value marker)."""
+    for key, given in arguments.items():
+        if given is not None and given is not np._NoValue:
+            raise unsupported("numpy." + name, "the %s= argument" % key)
+
+
+# ---- values only ---------------------------------------------------------------
+PASS_THROUGH = [
+    np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.argpartition,
+    np.nonzero, np.flatnonzero, np.argwhere, np.count_nonzero, np.isclose, np.allclose,
+    np.array_equal, np.array_equiv, np.iscomplexobj, np.isrealobj, np.iscomplex,
+    np.isreal, np.searchsorted, np.result_type, np.can_cast, np.any, np.all,
+    np.shares_memory, np.may_share_memory, np.array_repr, np.array_str, np.sort_complex,
+    np.digitize, np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.isin,
+]
+PASS_THROUGH.remove(np.sort_complex)  # sorting a forward value is not a value query
+
+
+def _values_only(function):
+    def plain(*args, **kwargs):
+        args = [nvalue(a) if isinstance(a, value) else a for a in args]
+        kwargs = {k: nvalue(v) if isinstance(v, value) else v for k, v in kwargs.items()}
+        return function(*args, **kwargs)
+    plain.__name__ = function.__name__
+    return plain
+
+
+for _function in PASS_THROUGH:
+    FUNCTIONS[_function] = _values_only(_function)
+
+
+# ---- creation with like= ---------------------------------------------------------
+CREATION = (np.zeros, np.ones, np.full, np.empty)
+
+
+def create(function, like, args, kwargs):
+    """``np.zeros(shape, like=x)`` and friends: an assignable forward value, zero Jacobian.
+
+    ``np.empty`` gives zeros: an uninitialised Jacobian cannot be represented.
+    """
+    if function is np.empty:
+        function = np.zeros
+    array = function(*args, **kwargs)
+    if not np.issubdtype(array.dtype, np.inexact):
+        array = array.astype(np.result_type(array.dtype, like.dtype, np.float64))
+    result = make(array, jac.zero(like._jacobian.seed, array.size))
+    result._owns = True
+    return result
+
+
+# ---- data movement -----------------------------------------------------------------
+def _move(apply, operands):
+    """Apply a data-movement function to values and to Jacobian row numbers.
+
+    ``apply(arrays, rows)`` is called once with the values (``rows=False``) and
+    once with integer arrays holding ``1 + row number`` for forward operands and
+    ``0`` for constants (``rows=True``); zeros in the second result (padding,
+    constants) become zero Jacobian rows.
+    """
+    values = [nvalue(o) for o in operands]
+    result = apply(values, False)
+    forwards = _forwards(operands)
+    jacobians = [x._jacobian for x in forwards]
+    offset = 1
+    numbers_ = []
+    for operand, v in zip(operands, values):
+        if isinstance(operand, value):
+            operand._owns = False  # the result may be a view of its value
+            numbers_.append(row_index(operand.shape) + offset)
+            offset += operand.size
+        else:
+            numbers_.append(np.zeros(np.shape(v), dtype=INDEX_DTYPE))
+    rows = apply(numbers_, True)
+    stacked = jac.vstack(jacobians)
+
+    def pair(v, r):
+        return make(v, jac.take_rows(stacked, np.asarray(r).ravel() - 1))
+
+    if isinstance(result, (list, tuple)):
+        return [pair(v, r) for v, r in zip(result, rows)]
+    return pair(result, rows)
+
+
+def _single(function):
+    """Register ``function(a, ...)`` moving the data of its first argument."""
+    @implements(function)
+    def moved(a, *args, **kwargs):
+        return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
+    return moved
+
+
+for _function in (np.reshape, np.ravel, np.transpose, np.moveaxis, np.swapaxes,
+                  np.squeeze, np.expand_dims, np.broadcast_to, np.flip, np.fliplr,
+                  np.flipud, np.roll, np.repeat, np.tile, np.diagonal, np.rot90,
+                  np.split, np.array_split, np.hsplit, np.vsplit, np.dsplit, np.delete,
+                  np.copy, np.matrix_transpose, np.permute_dims):
+    _single(_function)
+
+
+@implements(np.diag)
+def _diag(v, k=0):
+    # off-diagonal zeros of a 2-d result become row number 0, i.e. zero rows
+    return _move(lambda arrays, rows: np.diag(arrays[0], k), [v])
+
+
+@implements(np.take)
+def _take(a, indices, axis=None, out=None, mode="raise"):
+    _refuse("take", out=out)
+    indices = nvalue(indices)
+    return _move(lambda arrays, rows: np.take(arrays[0], indices, axis=axis, mode=mode),
+                 [a])
+
+
+@implements(np.take_along_axis)
+def _take_along_axis(arr, indices, axis=-1):
+    indices = nvalue(indices)
+    return _move(lambda arrays, rows: np.take_along_axis(arrays[0], indices, axis), [arr])
+
+
+def _register_atleast():
+    for function in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
+        def atleast(*arrays, _function=function):
+            results = [_move(lambda arrs, rows: _function(arrs[0]), [a])
+                       if isinstance(a, value) else _function(a) for a in arrays]
+            return results[0] if len(results) == 1 else tuple(results)
+        FUNCTIONS[function] = atleast
+
+
+_register_atleast()
+
+_PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
+
+
+@implements(np.pad)
+def _pad(array, pad_width, mode="constant", **kwargs):
+    if mode not in _PAD_MODES:
+        raise unsupported("numpy.pad", "mode=%r (supported: %s)" % (mode, ", ".join(_PAD_MODES)))
+    pad_width = nvalue(pad_width)
+
+    def apply(arrays, rows):
+        options = dict(kwargs)
+        if rows and mode == "constant":
+            options["constant_values"] = 0  # padding is constant: zero rows
+        return np.pad(arrays[0], pad_width, mode=mode, **options)
+    return _move(apply, [array])
+
+
+def _sequence_function(function):
+    @implements(function)
+    def joined(arrays, *args, **kwargs):
+        _refuse(function.__name__, out=kwargs.pop("out", None))
+        dtype = kwargs.pop("dtype", None)
+        casting = kwargs.pop("casting", "same_kind")
+        arrays = list(arrays)
+
+        def apply(arrs, rows):
+            if rows or dtype is None:
+                return function(arrs, *args, **kwargs)
+            return function(arrs, *args, dtype=dtype, casting=casting, **kwargs)
+        return _move(apply, arrays)
+    return joined
+
+
+for _function in (np.concatenate, np.stack, np.hstack, np.vstack, np.dstack,
+                  np.column_stack):
+    _sequence_function(_function)
+
+
+@implements(np.append)
+def _append(arr, values, axis=None):
+    return _move(lambda arrays, rows: np.append(arrays[0], arrays[1], axis=axis),
+                 [arr, values])
+
+
+@implements(np.real)
+def _real(val):
+    if not isinstance(val, value):
+        return np.real(val)
+    if not np.iscomplexobj(val._value):
+        return val
+    check_inexact_seed("numpy.real", [val])
+    from ._ufuncs import real_part
+    return make(np.real(val._value), real_part(val._jacobian))
+
+
+@implements(np.imag)
+def _imag(val):
+    if not isinstance(val, value):
+        return np.imag(val)
+    if not np.iscomplexobj(val._value):
+        return make(np.zeros_like(val._value), jac.zero(val._jacobian.seed, val.size))
+    check_inexact_seed("numpy.imag", [val])
+    from ._ufuncs import real_part
+    return make(np.imag(val._value), real_part(jac.scale(val._jacobian, -1j)))
+
+
+# ---- linear maps written as einsum ------------------------------------------------
+def _einsum_jacobian(in_specs, out_spec, values, k, J):
+    """Jacobian of ``einsum(in_specs -> out_spec, *values)`` through operand ``k``.
+
+    The coefficient of input element ``e`` in output element ``o`` is the
+    einsum of the other operands over the letters of operand ``k`` and of the
+    output; its entries, placed at ``(o, e)``, form a sparse matrix ``L`` and
+    the result is ``L @ J``.  When every other operand is constant, exact zeros
+    of the coefficients are dropped (the pattern depends on constants only);
+    otherwise all are kept (structural zeros).
+    """
+    x_spec = in_specs[k]
+    x_shape = values[k].shape
+    sizes = {}
+    for spec, v in zip(in_specs, values):
+        for letter, size in zip(spec, v.shape):
+            sizes[letter] = max(sizes.get(letter, 1), size)
+    letters = list(dict.fromkeys(x_spec + out_spec))
+    others = [(spec, v) for i, (spec, v) in enumerate(zip(in_specs, values)) if i != k]
+    shared = [l for l in letters if any(l in spec for spec, _ in others)]
+    if others:
+        coefficient = np.einsum(",".join(s for s, _ in others) + "->" + "".join(shared),
+                                *[v for _, v in others])
+    else:
+        coefficient = np.ones((), dtype=values[k].dtype)
+    shared_sizes = dict(zip(shared, coefficient.shape))
+    full_shape = [sizes[l] for l in letters]
+    coefficient = np.broadcast_to(
+        coefficient.reshape([shared_sizes.get(l, 1) for l in letters]), full_shape)
+
+    def flat_index(spec, shape):
+        index = np.zeros([1] * len(letters), dtype=INDEX_DTYPE)
+        stride = 1
+        for letter, size in zip(reversed(spec), reversed(shape)):
+            if size > 1:
+                axis = letters.index(letter)
+                grid = np.arange(size, dtype=INDEX_DTYPE) * stride
+                index = index + grid.reshape([-1 if a == axis else 1
+                                              for a in range(len(letters))])
+            stride *= size
+        return np.broadcast_to(index, full_shape).ravel()
+
+    out_shape = [sizes[l] for l in out_spec]
+    rows = flat_index(out_spec, out_shape)
+    cols = flat_index(x_spec, x_shape)
+    data = coefficient.ravel()
+    return rows, cols, data, int(np.prod(out_shape, dtype=np.int64))
+
+
+def _linear(in_specs, out_spec, operands, result):
+    """Forward value of an einsum-shaped multilinear function with value ``result``."""
+    values = [nvalue(o) for o in operands]
+    forwards = [i for i, o in enumerate(operands) if isinstance(o, value)]
+    terms = []
+    for k in forwards:
+        J = operands[k]._jacobian
+        rows, cols, data, n_out = _einsum_jacobian(in_specs, out_spec, values, k, J)
+        constant_others = len(forwards) == 1
+        if constant_others:
+            keep = data != 0
+            rows, cols, data = rows[keep], cols[keep], data[keep]
+        indptr, indices, coefficients = kernels.coo_to_csr(n_out, values[k].size, rows,
+                                                          cols, data)
+        L = jac.CSR((n_out, values[k].size), indptr, indices, coefficients)
+        terms.append(jac.left_multiply(L, J))
+    result = np.asarray(result)
+    seed = jac.common_seed([operands[k]._jacobian for k in forwards])
+    return make(result, jac.add(terms) if terms else jac.zero(seed, result.size))
+
+
+_LETTERS = string.ascii_letters
+
+
+def _parse_einsum(subscripts, ndims):
+    """Explicit per-operand letter strings and output letters, ellipses expanded."""
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        inputs, output = subscripts.split("->")
+    else:
+        inputs, output = subscripts, None
+    inputs = inputs.split(",")
+    if len(inputs) != len(ndims):
+        raise ValueError("einsum: %d operands for %d subscripts" % (len(ndims), len(inputs)))
+    used = set("".join(inputs).replace(".", ""))
+    free = [c for c in _LETTERS if c not in used]
+    width = max([nd - (len(s) - 3) for s, nd in zip(inputs, ndims) if "..." in s] or [0])
+    ellipsis = "".join(free[:width])
+    specs = []
+    for s, nd in zip(inputs, ndims):
+        if "..." in s:
+            n = nd - (len(s) - 3)
+            s = s.replace("...", ellipsis[width - n:] if n else "")
+        specs.append(s)
+    if output is None:
+        counts = {}
+        for c in "".join(specs):
+            counts[c] = counts.get(c, 0) + 1
+        singles = sorted(c for c in counts if counts[c] == 1 and c not in ellipsis)
+        output = ellipsis + "".join(singles)
+    else:
+        output = output.replace("...", ellipsis)
+    return specs, output
+
+
+@implements(np.einsum)
+def _einsum(*operands, out=None, optimize=False, **kwargs):
+    _refuse("einsum", out=out)
+    if not isinstance(operands[0], str):
+        raise unsupported("numpy.einsum", "the sublist form; use a subscripts string")
+    subscripts, operands = operands[0], operands[1:]
+    result = np.einsum(subscripts, *[nvalue(o) for o in operands], **kwargs)
+    specs, output = _parse_einsum(subscripts, [np.ndim(nvalue(o)) for o in operands])
+    return _linear(specs, output, operands, result)
+
+
+def _sparse_product(matrix, x, matrix_first):
+    """``A @ x`` or ``x @ A`` with a constant scipy sparse ``A``."""
+    xv = x._value
+    if xv.ndim > 2:
+        raise unsupported("numpy.matmul", "a scipy sparse matrix times a >2-d forward value")
+    if matrix_first:
+        result = matrix @ xv
+        if xv.ndim == 1:
+            L = jac.CSR.from_scipy(matrix)
+        else:
+            L = jac.CSR.from_scipy(scipy.sparse.kron(matrix, scipy.sparse.eye(xv.shape[1])))
+    else:
+        result = (matrix.T @ xv.T).T
+        if xv.ndim == 1:
+            L = jac.CSR.from_scipy(matrix.T)
+        else:
+            L = jac.CSR.from_scipy(scipy.sparse.kron(scipy.sparse.eye(xv.shape[0]),
+                                                     matrix.T))
+    if isinstance(result, np.matrix):
+        result = np.asarray(result)
+    return make(np.asarray(result), jac.left_multiply(L, x._jacobian))
+
+
+def _with_sparse(a, b):
+    if scipy.sparse.issparse(a) and isinstance(b, value):
+        return _sparse_product(a, b, True)
+    if scipy.sparse.issparse(b) and isinstance(a, value):
+        return _sparse_product(b, a, False)
+    if scipy.sparse.issparse(a) or scipy.sparse.issparse(b):
+        raise unsupported("matmul", "scipy sparse operands with forward values")
+    return None
+
+
+def _matmul_specs(nd_a, nd_b):
+    if nd_a == 0 or nd_b == 0:
+        raise ValueError("matmul: Input operand does not have enough dimensions")
+    a = "ij" if nd_a >= 2 else "j"
+    b = "jk" if nd_b >= 2 else "j"
+    a = ("..." + a) if nd_a > 2 else a
+    b = ("..." + b) if nd_b > 2 else b
+    out = ("..." if max(nd_a, nd_b) > 2 else "") + ("i" if nd_a >= 2 else "") + \
+        ("k" if nd_b >= 2 else "")
+    return a + "," + b + "->" + out
+
+
+@implements(np.matmul)
+def _matmul(x1, x2, out=None, **kwargs):
+    _refuse("matmul", out=out)
+    sparse = _with_sparse(x1, x2)
+    if sparse is not None:
+        return sparse
+    a, b = nvalue(x1), nvalue(x2)
+    result = np.matmul(a, b, **kwargs)
+    subscripts = _matmul_specs(a.ndim, b.ndim)
+    specs, output = _parse_einsum(subscripts, [a.ndim, b.ndim])
+    return _linear(specs, output, [x1, x2], result)
+
+
+@implements(np.dot)
+def _dot(a, b, out=None):
+    _refuse("dot", out=out)
+    sparse = _with_sparse(a, b)
+    if sparse is not None:
+        return sparse
+    av, bv = nvalue(a), nvalue(b)
+    result = np.dot(av, bv)
+    if av.ndim == 0 or bv.ndim == 0:
+        return a * b
+    letters = iter(_LETTERS)
+    sa = "".join(next(letters) for _ in range(av.ndim))
+    sb = [next(letters) for _ in range(bv.ndim)]
+    sb[-2 if bv.ndim >= 2 else -1] = sa[-1]
+    sb = "".join(sb)
+    output = sa[:-1] + sb.replace(sa[-1], "")
+    return _linear([sa, sb], output, [a, b], result)
+
+
+@implements(np.inner)
+def _inner(a, b):
+    av, bv = nvalue(a), nvalue(b)
+    result = np.inner(av, bv)
+    if av.ndim == 0 or bv.ndim == 0:
+        return a * b
+    sa = _LETTERS[:av.ndim - 1] + "z"
+    sb = _LETTERS[av.ndim - 1:av.ndim + bv.ndim - 2] + "z"
+    return _linear([sa, sb], sa[:-1] + sb[:-1], [a, b], result)
+
+
+@implements(np.outer)
+def _outer(a, b, out=None):
+    _refuse("outer", out=out)
+    return _linear(["i", "j"], "ij", [np.ravel(a), np.ravel(b)],
+                   np.outer(nvalue(a), nvalue(b)))
+
+
+@implements(np.vdot)
+def _vdot(a, b):
+    result = np.vdot(nvalue(a), nvalue(b))
+    return _linear(["i", "i"], "", [np.ravel(_conj_first(a)), np.ravel(b)], result)
+
+
+@implements(np.tensordot)
+def _tensordot(a, b, axes=2):
+    av, bv = nvalue(a), nvalue(b)
+    result = np.tensordot(av, bv, axes)
+    if isinstance(axes, numbers.Integral):
+        axes_a = list(range(av.ndim - axes, av.ndim))
+        axes_b = list(range(axes))
+    else:
+        axes_a, axes_b = axes
+        axes_a = [axes_a] if isinstance(axes_a, numbers.Integral) else list(axes_a)
+        axes_b = [axes_b] if isinstance(axes_b, numbers.Integral) else list(axes_b)
+    axes_a = [ax % av.ndim for ax in axes_a]
+    axes_b = [ax % bv.ndim for ax in axes_b]
+    sa = list(_LETTERS[:av.ndim])
+    sb = list(_LETTERS[av.ndim:av.ndim + bv.ndim])
+    for i, j in zip(axes_a, axes_b):
+        sb[j] = sa[i]
+    output = [c for i, c in enumerate(sa) if i not in axes_a] + \
+        [c for j, c in enumerate(sb) if j not in axes_b]
+    return _linear(["".join(sa), "".join(sb)], "".join(output), [a, b], result)
+
+
+def _conj_first(x):
+    if isinstance(x, value):
+        return np.conjugate(x) if np.iscomplexobj(x._value) else x
+    return np.conjugate(nvalue(x))
+
+
+@implements(np.vecdot)
+def _vecdot(x1, x2, axis=-1, **kwargs):
+    _refuse("vecdot", out=kwargs.pop("out", None))
+    a = _conj_first(x1)
+    product = np.multiply(a, x2)
+    return _finish(np.sum(product, axis=axis), np.vecdot(nvalue(x1), nvalue(x2), axis=axis))
+
+
+@implements(np.matvec)
+def _matvec(x1, x2, **kwargs):
+    _refuse("matvec", out=kwargs.pop("out", None))
+    result = np.matvec(nvalue(x1), nvalue(x2))
+    specs, output = _parse_einsum("...ij,...j->...i", [np.ndim(nvalue(x1)), np.ndim(nvalue(x2))])
+    return _linear(specs, output, [x1, x2], result)
+
+
+@implements(np.vecmat)
+def _vecmat(x1, x2, **kwargs):
+    _refuse("vecmat", out=kwargs.pop("out", None))
+    a = _conj_first(x1)
+    result = np.vecmat(nvalue(x1), nvalue(x2))
+    specs, output = _parse_einsum("...j,...ji->...i", [np.ndim(nvalue(a)), np.ndim(nvalue(x2))])
+    return _linear(specs, output, [a, x2], result)
+
+
+def _finish(forward, exact_value):
+    """``forward`` with its value replaced by numpy's own result (same shape)."""
+    if not isinstance(forward, value):
+        return exact_value
+    return make(np.asarray(exact_value), forward._jacobian)
+
+
+def _axes(axis, ndim, name):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    return tuple(np.lib.array_utils.normalize_axis_tuple(axes, ndim, name))
+
+
+def _sum_jacobian(x, axis, keepdims):
+    """Jacobian of ``np.sum(x, axis, keepdims)``, and the summed shape."""
+    axes = _axes(axis, x.ndim, "axis")
+    spec = _LETTERS[:x.ndim]
+    out = "".join(c for i, c in enumerate(spec) if i not in axes)
+    summed = _linear([spec], out, [x], np.zeros([x.shape[i] for i in range(x.ndim)
+                                                  if i not in axes]))
+    return summed._jacobian, axes
+
+
+@implements(np.sum)
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue,
+         where=np._NoValue):
+    _refuse("sum", out=out, where=where)
+    result = np.sum(nvalue(a), axis=axis, dtype=dtype, keepdims=keepdims,
+                    initial=initial)
+    if not isinstance(a, value):
+        return result
+    J, _ = _sum_jacobian(a, axis, keepdims)
+    return make(np.asarray(result), J)
+
+
+@implements(np.mean)
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=np._NoValue):
+    _refuse("mean", out=out, where=where)
+    result = np.mean(a._value, axis=axis, dtype=dtype, keepdims=keepdims)
+    J, axes = _sum_jacobian(a, axis, keepdims)
+    count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
+    return make(np.asarray(result), jac.scale(J, 1.0 / count if count else np.nan))
+
+
+@implements(np.trace)
+def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _refuse("trace", out=out)
+    result = np.trace(a._value, offset, axis1, axis2, dtype)
+    return _finish(np.sum(np.diagonal(a, offset, axis1, axis2), axis=-1), result)
+
+
+def _line_view(x, axis):
+    """``x`` with ``axis`` moved last (``axis=None``: flattened)."""
+    if axis is None:
+        return np.ravel(x), 0
+    return x, np.lib.array_utils.normalize_axis_index(axis, np.ndim(nvalue(x)))
+
+
+@implements(np.cumsum, np.cumulative_sum)
+def _cumsum(a, axis=None, dtype=None, out=None, **kwargs):
+    _refuse("cumsum", out=out)
+    function = np.cumsum if "include_initial" not in kwargs else np.cumulative_sum
+    result = function(a._value, axis=axis, dtype=dtype, **kwargs)
+    if kwargs.get("include_initial"):
+        raise unsupported("numpy.cumulative_sum", "include_initial=True")
+    x, axis = _line_view(a, axis)
+    n = x.shape[axis]
+    lower = np.tril(np.ones((n, n), dtype=x.dtype))
+    spec = _LETTERS[:x.ndim]
+    out_spec = spec.replace(spec[axis], "Z")
+    return _linear(["Z" + spec[axis], spec], out_spec, [lower, x], result)
+
+
+@implements(np.prod)
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue,
+          where=np._NoValue):
+    _refuse("prod", out=out, where=where, initial=initial)
+    result = np.prod(a._value, axis=axis, dtype=dtype, keepdims=keepdims)
+    # d prod = sum_j (prod_{k != j} x_k) dx_j, the products taken without division
+    others = _exclusive_products(a._value, _axes(axis, a.ndim, "axis"))
+    J, _ = _sum_jacobian(make(a._value, jac.scale(a._jacobian, others.ravel())), axis,
+                         keepdims)
+    return make(np.asarray(result), J)
+
+
+def _exclusive_products(x, axes):
+    """``prod_{k != j} x_k`` over the reduced ``axes`` for every ``j``, without division."""
+    moved = np.moveaxis(x, axes, range(-len(axes), 0))
+    lines = moved.reshape(moved.shape[:moved.ndim - len(axes)] + (-1,))
+    ones = np.ones(lines.shape[:-1] + (1,), dtype=x.dtype)
+    left = np.cumprod(np.concatenate([ones, lines[..., :-1]], axis=-1), axis=-1)
+    right = np.cumprod(np.concatenate([ones, lines[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
+    products = (left * right).reshape(moved.shape)
+    return np.moveaxis(products, range(-len(axes), 0), axes)
+
+
+@implements(np.cumprod, np.cumulative_prod)
+def _cumprod(a, axis=None, dtype=None, out=None, **kwargs):
+    _refuse("cumprod", out=out)
+    if kwargs.get("include_initial"):
+        raise unsupported("numpy.cumulative_prod", "include_initial=True")
+    result = np.cumprod(a._value, axis=axis, dtype=dtype)
+    x, axis = _line_view(a, axis)
+    lines = np.moveaxis(x, axis, -1)
+    xv = lines._value
+    n = xv.shape[-1]
+    # coefficient[..., i, j] = prod_{k <= i, k != j} x_k for j <= i, as
+    # (prod_{k < j} x_k) * (prod_{j < k <= i} x_k), without division
+    ones = np.ones(xv.shape[:-1] + (1,), dtype=xv.dtype)
+    before = np.cumprod(np.concatenate([ones, xv[..., :-1]], axis=-1), axis=-1)
+    below = np.tril(np.ones((n, n), dtype=bool), -1)
+    after = np.cumprod(np.where(below, xv[..., :, None], 1), axis=-2)
+    lower = np.tril(np.ones((n, n), dtype=bool))
+    coefficient = np.where(lower, before[..., None, :] * after, 0)
+    batch = _LETTERS[:xv.ndim - 1]
+    moved = _structural_linear([batch + "YZ", batch + "Z"], batch + "Y",
+                               [coefficient, lines], lower)
+    return _finish(np.moveaxis(moved, -1, axis), result)
+
+
+def _structural_linear(specs, out_spec, operands, mask):
+    """Linear map ``einsum(specs -> out_spec)`` of the forward ``operands[1]``.
+
+    ``operands[0]`` holds value-dependent coefficients; entries where ``mask``
+    (broadcast against them) is False are structurally zero, all others are
+    stored even when zero at this point.
+    """
+    coefficient, x = operands
+    values = [coefficient, x._value]
+    rows, cols, data, n_out = _einsum_jacobian(specs, out_spec, values, 1, x._jacobian)
+    structure = np.broadcast_to(mask, coefficient.shape).astype(coefficient.dtype)
+    keep = _einsum_jacobian(specs, out_spec, [structure, x._value], 1, x._jacobian)[2] != 0
+    indptr, indices, entries = kernels.coo_to_csr(n_out, x.size, rows[keep], cols[keep],
+                                                  data[keep])
+    L = jac.CSR((n_out, x.size), indptr, indices, entries)
+    result = np.einsum(",".join(specs) + "->" + out_spec, coefficient, x._value)
+    return make(result, jac.left_multiply(L, x._jacobian))
+
+
+def _select_reduction(a, axis, keepdims, argfunction, function, name, initial, where):
+    _refuse(name, initial=initial, where=where)
+    result = function(a._value, axis=axis, keepdims=keepdims)
+    axes = _axes(axis, a.ndim, "axis")
+    moved_values = np.moveaxis(a._value, axes, range(-len(axes), 0))
+    kept = moved_values.shape[:a.ndim - len(axes)]
+    lines = moved_values.reshape(kept + (-1,))
+    rows = np.moveaxis(row_index(a.shape), axes, range(-len(axes), 0)).reshape(kept + (-1,))
+    chosen = argfunction(lines, axis=-1)[..., None]
+    selected = jac.take_rows(a._jacobian, np.take_along_axis(rows, chosen, -1).ravel())
+    union, _ = _sum_jacobian(a, axis, keepdims)
+    return make(np.asarray(result), jac.add([selected, jac.structural_zeros(union)]))
+
+
+@implements(np.max, np.amax)
+def _max(a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=np._NoValue):
+    _refuse("max", out=out)
+    return _select_reduction(a, axis, keepdims, np.argmax, np.max, "max", initial, where)
+
+
+@implements(np.min, np.amin)
+def _min(a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=np._NoValue):
+    _refuse("min", out=out)
+    return _select_reduction(a, axis, keepdims, np.argmin, np.min, "min", initial, where)
+
+
+# ---- selection ---------------------------------------------------------------------
+@implements(np.where)
+def _where(condition, *branches):
+    if not branches:
+        return np.where(nvalue(condition))
+    if len(branches) != 2:
+        raise TypeError("where() takes 1 or 3 arguments")
+    return select(condition, *branches)
+
+
+def select(condition, a, b):
+    """``np.where(condition, a, b)``: rows of the selected branch, union pattern.
+
+    The unselected branch contributes structural zeros only, so an inf or nan in
+    its value or Jacobian never reaches the result.
+    """
+    condition = nvalue(condition)
+    result = np.where(condition, nvalue(a), nvalue(b))
+    forwards = _forwards([a, b])
+    if not forwards:
+        return result
+    chosen = np.broadcast_to(condition, result.shape).ravel()
+    terms = [jac.mask_rows(broadcast_jacobian(x, result.shape),
+                           chosen if x is a else ~chosen) for x in forwards]
+    if a is b:
+        terms = terms[:1]
+        terms[0] = broadcast_jacobian(a, result.shape)
+    return make(result, jac.add(terms))
+
+
+@implements(np.clip, np._core.umath.clip)
+def _clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
+          max=np._NoValue, **kwargs):
+    _refuse("clip", out=out)
+    low = a_min if a_min is not np._NoValue else min
+    high = a_max if a_max is not np._NoValue else max
+    low = None if low is np._NoValue else low
+    high = None if high is np._NoValue else high
+    result = np.clip(nvalue(a), nvalue(low) if low is not None else None,
+                     nvalue(high) if high is not None else None, **kwargs)
+    clipped = a
+    if low is not None:
+        clipped = np.maximum(clipped, low)
+    if high is not None:
+        clipped = np.minimum(clipped, high)
+    return _finish(clipped, result)
+
+
+# ---- composition of forward operations -----------------------------------------------
+@implements(np.diff)
+def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
+    extras = {k: nvalue(v) for k, v in (("prepend", prepend), ("append", append))
+              if v is not np._NoValue}
+    result = np.diff(nvalue(a), n, axis, **extras)
+    ndim = np.ndim(nvalue(a))
+    axis = np.lib.array_utils.normalize_axis_index(axis, ndim)
+    pieces = []
+    for extra in (prepend, None, append):
+        if extra is None:
+            pieces.append(a)
+        elif extra is not np._NoValue:
+            shape = list(np.shape(nvalue(a)))
+            shape[axis] = 1
+            if np.ndim(nvalue(extra)) == 0:
+                extra = np.broadcast_to(extra, shape)
+            pieces.append(extra)
+    x = np.concatenate(pieces, axis=axis) if len(pieces) > 1 else a
+    for _ in range(n):
+        upper = [slice(None)] * ndim
+        lower = [slice(None)] * ndim
+        upper[axis] = slice(1, None)
+        lower[axis] = slice(None, -1)
+        x = x[tuple(upper)] - x[tuple(lower)]
+    return _finish(x, result)
+
+
+@implements(np.gradient)
+def _gradient(f, *varargs, axis=None, edge_order=1):
+    result = np.gradient(nvalue(f), *[nvalue(v) for v in varargs], axis=axis,
+                         edge_order=edge_order)
+    ndim = np.ndim(nvalue(f))
+    axes = _axes(axis, ndim, "axis")
+    if len(varargs) == 0:
+        spacings = [1.0] * len(axes)
+    elif len(varargs) == 1:
+        spacings = list(varargs) * len(axes)
+    else:
+        spacings = list(varargs)
+    if any(isinstance(h, value) for h in spacings):
+        raise unsupported("numpy.gradient", "spacings that depend on the seed")
+    derivatives = [_gradient_along(f, ax, nvalue(h), edge_order)
+                   for ax, h in zip(axes, spacings)]
+    exact = result if isinstance(result, (list, tuple)) else [result]
+    derivatives = [_finish(d, e) for d, e in zip(derivatives, exact)]
+    return derivatives[0] if len(derivatives) == 1 else tuple(derivatives)
+
+
+def _gradient_along(f, axis, h, edge_order):
+    """Second-order central differences inside, one-sided at the edges (numpy's scheme)."""
+    g = np.moveaxis(f, axis, 0)
+    n = g.shape[0]
+    if n < edge_order + 1:
+        raise ValueError("Shape of array too small to calculate a numerical gradient, "
+                         "at least (edge_order + 1) elements are required.")
+    trailing = (1,) * (g.ndim - 1)
+    if np.ndim(h) == 0:
+        dx = np.full(n - 1, float(h))
+    else:
+        dx = np.diff(np.asarray(h, dtype=float))
+
+    def col(c):
+        return np.asarray(c).reshape((-1,) + trailing)
+
+    d1, d2 = dx[:-1], dx[1:]
+    if np.ndim(h) == 0:  # uniform spacing: the centre point does not enter
+        interior = (g[2:] - g[:-2]) / (2.0 * float(h))
+    else:
+        interior = (col(-d2 / (d1 * (d1 + d2))) * g[:-2]
+                    + col((d2 - d1) / (d1 * d2)) * g[1:-1]
+                    + col(d1 / (d2 * (d1 + d2))) * g[2:])
+    if edge_order == 1:
+        first = (g[1:2] - g[0:1]) / dx[0]
+        last = (g[-1:] - g[-2:-1]) / dx[-1]
+    else:
+        a1, a2 = dx[0], dx[1]
+        first = (-(2 * a1 + a2) / (a1 * (a1 + a2)) * g[0:1] + (a1 + a2) / (a1 * a2) * g[1:2]
+                 - a1 / (a2 * (a1 + a2)) * g[2:3])
+        b1, b2 = dx[-2], dx[-1]
+        last = (b2 / (b1 * (b1 + b2)) * g[-3:-2] - (b2 + b1) / (b1 * b2) * g[-2:-1]
+                + (2 * b2 + b1) / (b2 * (b1 + b2)) * g[-1:])
+    if n == 2:
+        result = np.concatenate([first, last], axis=0)
+    else:
+        result = np.concatenate([first, interior, last], axis=0)
+    return np.moveaxis(result, 0, axis)
+
+
+@implements(np.linalg.norm)
+def _norm(x, ord=None, axis=None, keepdims=False):
+    result = np.linalg.norm(nvalue(x), ord=ord, axis=axis, keepdims=keepdims)
+    xv = nvalue(x)
+    if axis is None and xv.ndim == 2 and ord not in (None, "fro"):
+        raise unsupported("numpy.linalg.norm", "matrix norm ord=%r" % (ord,))
+    if axis is not None and not isinstance(axis, numbers.Integral) and len(axis) == 2 \
+            and ord not in (None, "fro"):
+        raise unsupported("numpy.linalg.norm", "matrix norm ord=%r" % (ord,))
+    if axis is None and xv.ndim > 2 and ord is not None:
+        raise ValueError("Improper number of dimensions to norm.")
+    magnitude = np.abs(x)
+    if ord in (None, 2, "fro"):
+        norm = np.sqrt(np.sum(magnitude * magnitude, axis=axis, keepdims=keepdims))
+    elif ord == 1:
+        norm = np.sum(magnitude, axis=axis, keepdims=keepdims)
+    elif ord == np.inf:
+        norm = np.max(magnitude, axis=axis, keepdims=keepdims)
+    elif ord == -np.inf:
+        norm = np.min(magnitude, axis=axis, keepdims=keepdims)
+    elif isinstance(ord, numbers.Number) and ord not in (0,):
+        norm = np.sum(magnitude ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+    else:
+        raise unsupported("numpy.linalg.norm", "ord=%r" % (ord,))
+    return _finish(norm, result)
+
+
+@implements(np.linalg.vector_norm)
+def _vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    if axis is None:
+        flat = np.ravel(x)
+        norm = _norm(flat, ord=ord, keepdims=False)
+        if keepdims:
+            norm = np.reshape(norm, (1,) * np.ndim(nvalue(x)))
+        return norm
+    return _norm(x, ord=ord, axis=axis, keepdims=keepdims)
+

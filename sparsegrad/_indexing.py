@@ -1,0 +1,87 @@
+"""Reading from and writing into forward values by index.
+
+Every read is a row gather of the Jacobian: the same key is applied to the
+array of row numbers ``arange(size).reshape(shape)``, so numpy's own indexing
+rules (negative entries, masks, ``None``, ``Ellipsis``, broadcasting of index
+arrays) decide which rows are taken.
+
+Writes are recorded lazily in an :class:`Assembly`: the value is written at
+once, and the Jacobian keeps, for every row, which written piece owns it and
+which row of that piece it is.  A loop of many small writes therefore costs
+time proportional to what is written, not to the size of the target, and the
+final Jacobian is assembled by one gather when it is needed.
+
+>>> import numpy as np
+>>> from sparsegrad import forward
+>>> x = forward.seed(np.arange(3.0))
+>>> F = np.zeros(3, like=x)
+>>> F[1:] = x[:2] * 2
+>>> F.dvalue.toarray()
+array([[0., 0., 0.],
+       [2., 0., 0.],
+       [0., 2., 0.]])
+"""
+import numpy as np
+
+from . import _jacobian as jac
+
+INDEX_DTYPE = np.int64
+
+__all__ = ["row_index", "Assembly"]
+
+
+def row_index(shape):
+    """``arange(size).reshape(shape)``: the Jacobian row of every element (a read-only view)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    return jac._arange(size).reshape(shape)
+
+
+class Assembly:
+    """A Jacobian under construction by index writes.
+
+    ``pieces[k]`` is a Jacobian; row ``r`` of the assembled Jacobian is row
+    ``position[r]`` of ``pieces[owner[r]]``, or a zero row when ``owner[r] == -1``.
+    """
+
+    __slots__ = ("seed", "pieces", "owner", "position")
+
+    def __init__(self, base):
+        self.seed = base.seed
+        self.pieces = [base]
+        self.owner = np.zeros(base.n_rows, dtype=INDEX_DTYPE)
+        self.position = np.arange(base.n_rows, dtype=INDEX_DTYPE)
+
+    @property
+    def n_rows(self):
+        return len(self.owner)
+
+    def write(self, rows, piece, piece_rows):
+        """Rows ``rows`` now come from rows ``piece_rows`` of ``piece`` (``None``: zero)."""
+        if piece is None or piece.is_zero:
+            self.owner[rows] = -1
+            return
+        jac.common_seed([self.pieces[0], piece])
+        self.owner[rows] = len(self.pieces)
+        self.position[rows] = piece_rows
+        self.pieces.append(piece)
+
+    def take_rows(self, rows):
+        """The assembled Jacobian's rows ``rows``, touching only the pieces they use."""
+        rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
+        owner = self.owner[rows]
+        position = self.position[rows]
+        used = np.unique(owner)
+        used = used[used >= 0]
+        if len(used) == 0:
+            return jac.zero(self.seed, len(rows))
+        if len(used) == 1:
+            k = used[0]
+            return jac.take_rows(self.pieces[k], np.where(owner == k, position, -1))
+        stacked = jac.vstack([self.pieces[k] for k in used])
+        offsets = np.zeros(used[-1] + 1, dtype=INDEX_DTYPE)
+        offsets[used] = np.cumsum([0] + [self.pieces[k].n_rows for k in used[:-1]])
+        global_rows = np.where(owner >= 0, offsets[np.maximum(owner, 0)] + position, -1)
+        return jac.take_rows(stacked, global_rows)
+
+    def materialize(self):
+        return self.take_rows(jac._arange(self.n_rows))

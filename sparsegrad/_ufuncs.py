@@ -1,0 +1,152 @@
+"""Applying a ufunc (or one of its methods) to forward values via the rule tables.
+
+>>> import numpy as np
+>>> from sparsegrad import forward
+>>> x = forward.seed(np.array([0.0, 1.0]))
+>>> np.maximum(x, 0.5).dvalue.toarray()
+array([[0., 0.],
+       [0., 1.]])
+"""
+import numpy as np
+import scipy.sparse
+
+from . import _jacobian as jac
+from . import _ufunc_rules as rules
+from ._errors import unsupported
+from ._value import (value, nvalue, make, broadcast_jacobian, check_inexact_seed)
+
+__all__ = ["apply"]
+
+_REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max,
+               np.minimum: np.min}
+_ACCUMULATIONS = {np.add: np.cumsum, np.multiply: np.cumprod}
+_CALL_KEYWORDS = frozenset(["dtype", "casting", "order", "subok", "signature"])
+
+
+def apply(ufunc, method, inputs, kwargs):
+    """Result of ``getattr(ufunc, method)(*inputs, **kwargs)`` with forward inputs."""
+    name = rules.rule_name(ufunc)
+    if method == "__call__":
+        return _call(ufunc, inputs, kwargs)
+    if method == "reduce" and ufunc in _REDUCTIONS:
+        axis = kwargs.pop("axis", 0)
+        _refuse_keywords(name + ".reduce", kwargs, ("dtype", "keepdims"))
+        return _REDUCTIONS[ufunc](inputs[0], axis=axis, **kwargs)
+    if method == "accumulate" and ufunc in _ACCUMULATIONS:
+        axis = kwargs.pop("axis", 0)
+        _refuse_keywords(name + ".accumulate", kwargs, ("dtype",))
+        return _ACCUMULATIONS[ufunc](inputs[0], axis=axis, **kwargs)
+    if method == "at" and ufunc in (np.add, np.subtract):
+        target, indices = inputs[0], inputs[1]
+        increment = inputs[2] if len(inputs) > 2 else None
+        if not isinstance(target, value):
+            raise TypeError("%s.at: the target is a plain array but the increment is a "
+                            "forward value; create the target with np.zeros(shape, like=x)"
+                            % name)
+        if increment is None:
+            raise unsupported(name + ".at", "an increment is required")
+        if ufunc is np.subtract:
+            increment = -increment
+        _scatter_add(target, indices, increment)
+        return None
+    raise unsupported("%s.%s" % (name, method), "this ufunc method has no derivative rule")
+
+
+def _refuse_keywords(name, kwargs, allowed):
+    for key in kwargs:
+        if key not in allowed:
+            raise unsupported(name, "the %s= argument" % key)
+
+
+def _call(ufunc, inputs, kwargs):
+    name = rules.rule_name(ufunc)
+    _refuse_keywords(name, kwargs, _CALL_KEYWORDS)
+    if ufunc is np.multiply and any(scipy.sparse.issparse(i) for i in inputs):
+        return _sparse_times(inputs)
+    category = rules.classify(ufunc)
+    values = [nvalue(i) for i in inputs]
+    if category == "predicate":
+        return ufunc(*values, **kwargs)
+    if category == "linear_algebra":
+        from ._functions import FUNCTIONS
+        return FUNCTIONS[ufunc](*inputs, **kwargs)
+    if category in ("unsupported", "unclassified"):
+        raise unsupported(name, rules.UNSUPPORTED.get(ufunc, "no derivative rule"))
+    forwards = [(i, x) for i, x in enumerate(inputs) if isinstance(x, value)]
+    seed = jac.common_seed([x._jacobian for _, x in forwards])
+    out = np.asarray(ufunc(*values, **kwargs))
+    n = out.size
+    if category == "piecewise_constant":
+        return make(out, jac.zero(seed, n))
+    if category == "selection":
+        first = np.broadcast_to(rules.SELECTIONS[ufunc](*values, out), out.shape).ravel()
+        terms = [jac.mask_rows(broadcast_jacobian(x, out.shape),
+                               first if i == 0 else ~first) for i, x in forwards]
+        return make(out, jac.add(terms))
+    if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
+        return _non_holomorphic(ufunc, name, inputs[0], out)
+    partials = rules.DERIVATIVES[ufunc]
+    terms = []
+    with np.errstate(all="ignore"):  # numpy already warned about the value
+        for i, x in forwards:
+            partial = partials[i]
+            if partial is None:
+                raise unsupported(name, "argument %d is an integer and cannot depend on "
+                                  "the seed" % (i + 1))
+            if callable(partial):
+                partial = partial(*values, out)
+            if np.ndim(partial) > 0:
+                partial = np.broadcast_to(partial, out.shape).ravel()
+            elif not isinstance(partial, (int, float)):
+                partial = partial[()] if isinstance(partial, np.ndarray) else partial
+            terms.append(jac.scale(broadcast_jacobian(x, out.shape), partial))
+    return make(out, jac.add(terms))
+
+
+def real_part(J):
+    """Jacobian of the real part of a complex value with a real seed."""
+    return jac.add([jac.scale(J, 0.5), jac.scale(jac.conj(J), 0.5)])
+
+
+def _non_holomorphic(ufunc, name, x, out):
+    check_inexact_seed(name, [x])
+    J = x._jacobian
+    if ufunc is np.conjugate:
+        return make(out, jac.conj(J))
+    # |z|' = Re(conj(z) / |z| * z')
+    with np.errstate(all="ignore"):
+        factor = np.where(out == 0, 0, np.conj(x._value) / np.where(out == 0, 1, out))
+    return make(out, real_part(jac.scale(J, factor.ravel())))
+
+
+def _sparse_times(inputs):
+    """``A * x`` with a scipy sparse ``A``: a matrix product for the matrix classes."""
+    a, b = inputs
+    matrix = a if scipy.sparse.issparse(a) else b
+    if not isinstance(matrix, scipy.sparse.spmatrix):
+        raise unsupported("numpy.multiply", "elementwise product of a scipy sparse array "
+                          "and a forward value; use A @ x for a matrix product")
+    return np.matmul(a, b)
+
+
+def _scatter_add(target, indices, increment):
+    """``np.add.at(target, indices, increment)`` on a forward target."""
+    from ._indexing import row_index
+    rows = row_index(target.shape)[indices]
+    if not target._owns:
+        target._value = target._value.copy()
+        target._owns = True
+    np.add.at(target._value, indices, nvalue(increment))
+    if not isinstance(increment, value):
+        return
+    source = np.broadcast_to(row_index(increment.shape), rows.shape).ravel()
+    J_inc = jac.take_rows(increment._jacobian, source)
+    scatter = jac.CSR((target.size, len(source)), *_scatter_pattern(rows.ravel(),
+                                                                   target.size))
+    target._jac = jac.add([target._jacobian, jac.left_multiply(scatter, J_inc)])
+
+
+def _scatter_pattern(rows, n_rows):
+    from ._fast import kernels
+    cols = np.arange(len(rows), dtype=np.int64)
+    return kernels.coo_to_csr(n_rows, len(rows), rows, cols, None)

@@ -1,0 +1,331 @@
+"""The forward value: an ndarray value paired with its sparse Jacobian.
+
+Forward values join numpy through its protocols: arithmetic operators come
+from ``NDArrayOperatorsMixin`` and go to ``__array_ufunc__``, which looks each
+ufunc up in the rule tables of :mod:`sparsegrad._ufunc_rules`; other numpy
+functions go through ``__array_function__`` to the table in
+:mod:`sparsegrad._functions`.  Anything not in a table raises a ``TypeError``
+naming the numpy function, so a derivative is never silently dropped.
+
+>>> import numpy as np
+>>> from sparsegrad import forward
+>>> x = forward.seed(np.array([1.0, 2.0]))
+>>> y = np.exp(x) * x[::-1]
+>>> y.dvalue.toarray().round(3)
+array([[ 5.437,  2.718],
+       [ 7.389,  7.389]])
+"""
+import numbers
+
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from . import _jacobian as jac
+from . import _ufunc_rules as rules
+from ._errors import unsupported, UnsupportedOperationError
+from ._indexing import Assembly, row_index
+
+__all__ = ["value", "nvalue", "is_forward", "make", "jacobian_of", "broadcast_jacobian"]
+
+_TO_PLAIN = ("converting a forward value to a plain number or array would drop its "
+             "derivative; use .value (or sparsegrad.forward.nvalue) to take the value "
+             "explicitly")
+_STORE_HINT = ("cannot store a forward value into a plain numpy array, which would drop "
+               "its derivative; create the target with np.zeros(shape, like=x) where x "
+               "is a forward value, e.g. F = np.zeros(n, like=x); F[0] = x[0]")
+
+
+class value(NDArrayOperatorsMixin):
+    """A value and its Jacobian with respect to a seed.
+
+    Do not construct directly: use :func:`sparsegrad.forward.seed`.
+
+    Attributes
+    ----------
+    value : ndarray
+        The value.
+    dvalue : scipy.sparse.csr_matrix
+        The Jacobian, shape ``(value.size, seed.size)`` (also ``gradient`` and
+        ``sparsity``).
+    """
+
+    __slots__ = ("_value", "_jac", "_owns")
+    # take precedence over ndarray and scipy.sparse operands in Python operators
+    __array_priority__ = 1000
+
+    def __init__(self, array, jacobian):
+        self._value = array
+        self._jac = jacobian
+        self._owns = False  # True only when no view of _value exists outside
+
+    # ---- value and Jacobian ------------------------------------------------
+    @property
+    def value(self):
+        self._owns = False
+        return self._value
+
+    @property
+    def _jacobian(self):
+        """The factored Jacobian (assembling pending index writes first)."""
+        if isinstance(self._jac, Assembly):
+            self._jac = self._jac.materialize()
+        return self._jac
+
+    @property
+    def dvalue(self):
+        J = self._jacobian
+        seed = J.seed
+        if seed.pattern_only:
+            dtype = np.bool_
+        elif np.issubdtype(self._value.dtype, np.inexact):
+            dtype = self._value.dtype
+        else:
+            dtype = np.float64
+        csr = jac.materialize(J)
+        if (csr.data is not None and np.iscomplexobj(csr.data)
+                and not np.issubdtype(dtype, np.complexfloating)):
+            # real results of complex intermediates (abs, .real): imaginary parts are 0
+            csr = jac.CSR(csr.shape, csr.indptr, csr.indices, csr.data.real)
+        matrix = csr.to_scipy(dtype)
+        if seed.scalar and self._value.ndim == 0:
+            return matrix.toarray().reshape(())
+        return matrix
+
+    gradient = dvalue
+    sparsity = dvalue
+
+    # ---- array attributes ---------------------------------------------------
+    shape = property(lambda self: self._value.shape)
+    ndim = property(lambda self: self._value.ndim)
+    size = property(lambda self: self._value.size)
+    dtype = property(lambda self: self._value.dtype)
+    T = property(lambda self: np.transpose(self))
+    real = property(lambda self: np.real(self))
+    imag = property(lambda self: np.imag(self))
+
+    def __repr__(self):
+        J = self._jacobian
+        return "sparsegrad.forward.value(%r, jacobian %dx%d)" % (
+            self._value, J.n_rows, J.seed.size)
+
+    # ---- conversions that would drop the derivative refuse -----------------
+    def __array__(self, dtype=None, copy=None):
+        # A 0-d object array is numpy's "not an array" answer: scipy.sparse then
+        # returns NotImplemented so that ``A @ x`` reaches ``__rmatmul__``, and any
+        # numeric conversion reaches __float__ below, which refuses.
+        if dtype is not None and np.dtype(dtype) != np.dtype(object):
+            raise TypeError(_STORE_HINT)
+        holder = np.empty((), dtype=object)
+        holder[()] = self
+        return holder
+
+    def __float__(self):
+        raise TypeError(_STORE_HINT)
+
+    __complex__ = __int__ = __float__
+
+    def __index__(self):
+        raise TypeError(_TO_PLAIN)
+
+    def __bool__(self):
+        return bool(self._value)
+
+    # ---- methods users reach for -------------------------------------------
+    def reshape(self, *shape, order="C"):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        return np.reshape(self, shape, order=order)
+
+    def ravel(self, order="C"):
+        return np.ravel(self, order=order)
+
+    def flatten(self, order="C"):
+        return np.ravel(self, order=order).copy()
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], numbers.Integral)):
+            axes = axes[0]
+        return np.transpose(self, axes or None)
+
+    def swapaxes(self, axis1, axis2):
+        return np.swapaxes(self, axis1, axis2)
+
+    def squeeze(self, axis=None):
+        return np.squeeze(self, axis=axis)
+
+    def sum(self, axis=None, dtype=None, keepdims=False):
+        return np.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def mean(self, axis=None, dtype=None, keepdims=False):
+        return np.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def cumsum(self, axis=None, dtype=None):
+        return np.cumsum(self, axis=axis, dtype=dtype)
+
+    def cumprod(self, axis=None, dtype=None):
+        return np.cumprod(self, axis=axis, dtype=dtype)
+
+    def max(self, axis=None, keepdims=False):
+        return np.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return np.min(self, axis=axis, keepdims=keepdims)
+
+    def dot(self, other):
+        return np.dot(self, other)
+
+    def conj(self):
+        return np.conjugate(self)
+
+    conjugate = conj
+
+    def copy(self):
+        return make(self._value.copy(), self._jacobian)
+
+    def astype(self, dtype, copy=True):
+        dtype = np.dtype(dtype)
+        if np.issubdtype(dtype, np.inexact):
+            if np.iscomplexobj(self._value) and not np.issubdtype(dtype, np.complexfloating):
+                return np.real(self).astype(dtype)
+            return make(self._value.astype(dtype), self._jacobian)
+        # integer and bool casts are piecewise constant
+        return make(self._value.astype(dtype), jac.zero(self._jacobian.seed, self.size))
+
+    # ---- indexing ------------------------------------------------------------
+    def _take(self, key):
+        key = _plain_key(key)
+        self._owns = False  # basic indexing returns a view of _value
+        result = np.asarray(self._value[key])
+        rows = row_index(self.shape)[key]
+        if isinstance(self._jac, Assembly):
+            return make(result, self._jac.take_rows(rows))
+        return make(result, jac.take_rows(self._jac, rows))
+
+    def __setitem__(self, key, new):
+        key = _plain_key(key)
+        if not self._owns:  # copy on first write: never write into a shared array
+            self._value = self._value.copy()
+            self._owns = True
+        self._value[key] = nvalue(new)
+        target_rows = row_index(self.shape)[key]
+        assembly = self._jac
+        if not isinstance(assembly, Assembly):
+            assembly = self._jac = Assembly(self._jac)
+        if isinstance(new, value):
+            source_rows = np.broadcast_to(row_index(new.shape), target_rows.shape)
+            piece = new._jac if not isinstance(new._jac, Assembly) else new._jacobian
+            assembly.write(target_rows.ravel(), piece, source_rows.ravel())
+        else:
+            assembly.write(target_rows.ravel(), None, None)
+
+    # ---- numpy protocols -----------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        if out is not None:
+            if not all(isinstance(o, value) for o in out):
+                raise TypeError(
+                    "%s: out= must be a forward value when an input is one (writing "
+                    "into a plain ndarray would drop the derivative; %s)"
+                    % (rules.rule_name(ufunc), "create it with np.zeros(shape, like=x)"))
+            if len(out) != 1:
+                raise unsupported(rules.rule_name(ufunc), "several outputs")
+        where = kwargs.pop("where", True)
+        if where is not True:
+            raise unsupported(rules.rule_name(ufunc), "the where= argument")
+        from . import _ufuncs
+        result = _ufuncs.apply(ufunc, method, inputs, kwargs)
+        if out is None:
+            return result
+        target = out[0]
+        target[...] = result
+        return target
+
+    def __array_function__(self, func, types, args, kwargs):
+        from ._functions import FUNCTIONS, CREATION, create
+        if func in CREATION:
+            return create(func, self, args, kwargs)
+        implementation = FUNCTIONS.get(func)
+        if implementation is None:
+            raise unsupported("numpy." + _qualified_name(func),
+                              "no derivative rule for this function")
+        return implementation(*args, **kwargs)
+
+
+class _array_value(value):
+    """A forward value with at least one dimension: indexable, iterable, has a length.
+
+    0-d forward values are plain :class:`value` objects without ``__getitem__``,
+    like numpy scalars: then numpy does not take them for sequences, and storing
+    one into a plain ndarray raises our ``TypeError`` instead of numpy's
+    "setting an array element with a sequence".
+    """
+
+    __slots__ = ()
+
+    __getitem__ = value._take
+
+    def __len__(self):
+        return len(self._value)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+
+def _qualified_name(func):
+    module = getattr(func, "__module__", "") or ""
+    if module.startswith("numpy.linalg"):
+        return "linalg." + func.__name__
+    if module.startswith("numpy.fft"):
+        return "fft." + func.__name__
+    return func.__name__
+
+
+def _plain_key(key):
+    """Forward values used as indices contribute their values (indices are constant)."""
+    if isinstance(key, tuple):
+        return tuple(nvalue(k) if isinstance(k, value) else k for k in key)
+    return nvalue(key) if isinstance(key, value) else key
+
+
+def is_forward(x):
+    return isinstance(x, value)
+
+
+def nvalue(x):
+    """The value of a forward value; ndarrays unchanged; anything else through ``np.asarray``."""
+    if isinstance(x, value):
+        return x.value
+    if isinstance(x, np.ndarray):
+        return x
+    return np.asarray(x)
+
+
+def make(array, jacobian):
+    """A forward value from an array and a Jacobian (or :class:`Assembly`)."""
+    array = np.asarray(array)
+    return (_array_value if array.ndim else value)(array, jacobian)
+
+
+def jacobian_of(x):
+    return x._jacobian
+
+
+def broadcast_jacobian(x, shape):
+    """Jacobian of ``np.broadcast_to(x, shape)``: a row gather."""
+    if x.shape == tuple(shape):
+        return x._jacobian
+    rows = np.broadcast_to(row_index(x.shape), shape)
+    return jac.take_rows(x._jacobian, rows)
+
+
+def check_inexact_seed(name, forwards):
+    """Refuse non-holomorphic operations when the seed itself is complex."""
+    for x in forwards:
+        if x._jacobian.seed.complex:
+            raise UnsupportedOperationError(
+                "%s of a complex value is not complex-differentiable, and the seed is "
+                "complex; seed the real and imaginary parts as real numbers instead" % name)
