@@ -269,7 +269,8 @@ def _einsum_jacobian(in_specs, out_spec, values, k, J):
     sizes = {}
     for spec, v in zip(in_specs, values):
         for letter, size in zip(spec, v.shape):
-            sizes[letter] = max(sizes.get(letter, 1), size)
+            if sizes.get(letter, 1) == 1:  # size-1 axes broadcast, size 0 does not
+                sizes[letter] = size
     letters = list(dict.fromkeys(x_spec + out_spec))
     others = [(spec, v) for i, (spec, v) in enumerate(zip(in_specs, values)) if i != k]
     shared = [l for l in letters if any(l in spec for spec, _ in others)]

@@ -47,13 +47,17 @@ class Seed:
         Sparsity mode: only patterns are propagated.
     """
 
-    __slots__ = ("size", "scalar", "complex", "pattern_only")
+    __slots__ = ("size", "scalar", "complex", "pattern_only", "selections")
 
     def __init__(self, size, scalar, complex, pattern_only):
         self.size = int(size)
         self.scalar = bool(scalar)
         self.complex = bool(complex)
         self.pattern_only = bool(pattern_only)
+        # selection matrices of slices of the seed, by (shape, slices): ``x[1:-1]``
+        # written three times in a residual shares one matrix, so its terms
+        # combine by row scaling instead of a merge
+        self.selections = {}
 
 
 def _readonly(array):
@@ -227,12 +231,30 @@ def add(terms):
     return Jacobian(seed, n_rows, matrix=CSR((n_rows, seed.size), indptr, indices, data))
 
 
-def take_rows(J, rows):
+_MAX_SELECTIONS = 256
+
+
+def take_rows(J, rows, key=None):
     """Rows ``rows`` of ``J`` (int array; ``-1`` gives a zero row).
 
     Gathers, broadcasting and every pure data movement (transpose, flip, roll,
-    concatenation, padding...) reduce to this.
+    concatenation, padding...) reduce to this.  ``key``, when given, is a
+    hashable description of ``rows`` used to share the selection matrix of
+    repeated identical gathers from the seed itself.
     """
+    if key is not None and J.matrix is None and not J.is_zero:
+        cache = J.seed.selections
+        matrix = cache.get(key)
+        if matrix is None:
+            if len(cache) >= _MAX_SELECTIONS:
+                cache.clear()
+            taken = take_rows(J, rows)
+            if taken.matrix is not None:
+                cache[key] = taken.matrix
+            return taken
+        rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
+        diag = None if J.diag is None else J.diag[rows]
+        return Jacobian(J.seed, len(rows), J.scale, diag, matrix)
     rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
     n = len(rows)
     if n == J.n_rows and (n == 0 or (rows[0] == 0 and rows[-1] == n - 1

@@ -202,7 +202,7 @@ class value(NDArrayOperatorsMixin):
         rows = row_index(self.shape)[key]
         if isinstance(self._jac, Assembly):
             return make(result, self._jac.take_rows(rows))
-        return make(result, jac.take_rows(self._jac, rows))
+        return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, key)))
 
     def __setitem__(self, key, new):
         key = _plain_key(key)
@@ -289,6 +289,22 @@ def _plain_key(key):
     if isinstance(key, tuple):
         return tuple(nvalue(k) if isinstance(k, value) else k for k in key)
     return nvalue(key) if isinstance(key, value) else key
+
+
+def _slice_key(shape, key):
+    """A hashable normal form of a key made of slices and ints only (else None)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if len(parts) > len(shape):
+        return None
+    normal = [shape]
+    for part, size in zip(parts, shape):
+        if isinstance(part, slice):
+            normal.append(part.indices(size))
+        elif isinstance(part, numbers.Integral) and not isinstance(part, bool):
+            normal.append(int(part) % size if -size <= part < size else None)
+        else:
+            return None
+    return None if None in normal else tuple(normal)
 
 
 def is_forward(x):
