@@ -1,0 +1,523 @@
+"""Indexing forward values: reading, writing (assembly), scatter-add, and the
+rule that user arrays are never mutated.
+
+Reading ``x[index]`` is a pure gather, so the reference Jacobian is exact: the
+rows of the identity selected by ``np.arange(x.size).reshape(x.shape)[index]``.
+Writing is checked against the same program run on plain numpy
+(``np.zeros(n, like=x)`` is a plain array when ``x`` is one) and against an
+explicit Jacobian or central differences.
+"""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_allclose, assert_array_equal
+
+from sparsegrad import forward
+from sparsegrad.testing import assert_jacobian_equal, numerical_jacobian
+
+
+def _x(shape, k=0):
+    rng = np.random.default_rng(1234 + k)
+    return rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
+
+
+def _dense(fv):
+    d = fv.dvalue
+    return d.toarray() if sp.issparse(d) else np.asarray(d).reshape(fv.value.size, -1)
+
+
+def _gather_reference(shape, index):
+    size = int(np.prod(shape, dtype=np.int64))
+    rows = np.arange(size).reshape(shape)[index]
+    return np.eye(size)[np.asarray(rows).reshape(-1)]
+
+
+def assert_forward(fv, value, jacobian, rtol=1e-15, atol=0.0):
+    """``fv`` is a forward value with exactly ``value`` and Jacobian ``jacobian``."""
+    assert isinstance(fv, forward.value), type(fv)
+    value = np.asarray(value)
+    assert fv.value.shape == value.shape
+    assert fv.value.dtype == value.dtype
+    assert_array_equal(fv.value, value)
+    jacobian = np.asarray(jacobian)
+    assert jacobian.ndim == 2
+    assert_jacobian_equal(fv, jacobian, rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------
+
+M7 = np.array([True, False, True, True, False, False, True])
+M45 = (np.arange(20).reshape(4, 5) % 3 == 1)
+M4 = np.array([True, False, True, True])
+M5 = np.array([False, True, True, False, True])
+M345 = (np.arange(60).reshape(3, 4, 5) % 7 < 3)
+M34 = (np.arange(12).reshape(3, 4) % 5 < 2)
+
+READ_CASES = {
+    (7,): {
+        "int": 2, "int-neg": -1, "int-neg-first": -7, "np-int": np.int32(-2),
+        "0d-int-array": np.array(3),
+        "slice": slice(1, 5), "slice-rev": slice(None, None, -1), "slice-neg-step": slice(5, 1, -2),
+        "slice-neg-start": slice(-3, None), "slice-empty": slice(0, 0),
+        "slice-step": slice(None, None, 3), "slice-neg-both": slice(-2, -6, -1),
+        "slice-beyond": slice(10, None), "slice-clipped": slice(-100, 2),
+        "ellipsis": Ellipsis, "none": None, "none-after": (slice(None), None),
+        "none-before": (None, slice(2, 4)), "ellipsis-int": (Ellipsis, 3),
+        "intarray-repeated-neg": [0, 2, 2, -1], "intarray-2d": np.array([[0, 1], [-1, -2]]),
+        "intarray-empty": np.array([], dtype=np.intp), "intarray-neg-wrap": np.array([-7, 6, -3]),
+        "intarray-int32": np.array([4, -4], dtype=np.int32),
+        "intarray-uint8": np.array([6, 0], dtype=np.uint8),
+        "mask": M7, "mask-none": np.zeros(7, bool), "mask-all": np.ones(7, bool),
+    },
+    (4, 5): {
+        "int": 1, "int-neg": -1, "int-pair": (-1, 2), "tuple1": (1,),
+        "slices-rev": (slice(None), slice(None, None, -1)),
+        "slices-neg-step": (slice(1, None), slice(-2, None, -1)),
+        "slice-int": (slice(None, None, 2), 3),
+        "ellipsis": (Ellipsis,), "ellipsis-int": (Ellipsis, 0), "int-ellipsis": (0, Ellipsis),
+        "none": (None, slice(None), None), "none-int": (slice(None), None, 2),
+        "intarray": [0, -1], "intarray-pair": ([0, 1], [2, -1]),
+        "intarray-broadcast": (np.array([[0], [1]]), np.array([0, 1, 2])),
+        "intarray-slice": ([0, 0, 3], slice(1, None)),
+        "slice-intarray": (slice(None), [4, -5, 0]),
+        "mask2d": M45, "mask-rows": M4, "mask-cols": (slice(None), M5),
+        "mask-int": (M4, 2), "mask-intarray": (np.array([True, False, True, False]), [0, -1]),
+    },
+    (3, 4, 5): {
+        "ints": (1, -2, 3), "int-neg": (-1,),
+        "slices": (slice(None, None, 2), slice(1, 3), slice(None, None, -1)),
+        "ellipsis-int": (Ellipsis, 1), "int-ellipsis": (0, Ellipsis),
+        "ellipsis-none-mask": (Ellipsis, None, M5),
+        "intarray-slice-int": ([0, 2], slice(None), 1),
+        "slice-intarray-slice": (slice(1, None), [0, 2], slice(None, None, -1)),
+        "intarray-slice-intarray": ([0, 1], slice(None), [1, 2]),
+        "intarray2d-int-slice": (np.array([[1, 2], [0, -1]]), -1, slice(None)),
+        "mask3d": M345, "mask2d-leading": M34, "slice-mask2d": (slice(None), M45),
+        "none-ellipsis-none": (None, Ellipsis, None),
+    },
+    (): {
+        "empty-tuple": (), "none": None, "ellipsis": Ellipsis, "none-none": (None, None),
+    },
+}
+
+
+def _read_params():
+    for shape, cases in READ_CASES.items():
+        for name, index in cases.items():
+            yield pytest.param(shape, index, id="%s-%s" % ("x".join(map(str, shape)) or "0d",
+                                                           name))
+
+
+@pytest.mark.parametrize("shape,index", list(_read_params()))
+def test_read(shape, index):
+    x0 = _x(shape)
+    y = forward.seed(x0)[index]
+    assert_forward(y, x0[index], _gather_reference(shape, index))
+
+
+@pytest.mark.parametrize("index", [[1, 2], slice(0, 3), [True, True, False, False, True]])
+def test_pure_indexing_keeps_float_jacobian(index):
+    x = forward.seed(np.arange(5))
+    y = x[index]
+    assert y.dvalue.dtype == np.float64
+    assert_array_equal(y.value, np.arange(5.0)[index])
+
+
+def test_negative_index_entries_wrap_modulo_indexed_length():
+    x0 = np.arange(10.0)
+    y = forward.seed(x0)[np.array([-1, 0, -2])]
+    assert_array_equal(y.value, [9.0, 0.0, 8.0])
+    J = _dense(y)
+    assert J[0, 9] == 1.0 and J[2, 8] == 1.0
+    assert J[0, 2] == 0.0 and J[2, 1] == 0.0       # not modulo len(index) (0.0.15 bug)
+
+
+@pytest.mark.parametrize("index", [7, -8, [0, 7], np.array([-8]), (0, 1)],
+                         ids=["int", "int-neg", "array", "array-neg", "too-many"])
+def test_read_out_of_range_raises_index_error(index):
+    x0 = _x(7)
+    with pytest.raises(IndexError):
+        x0[index]
+    with pytest.raises(IndexError):
+        forward.seed(x0)[index]
+
+
+def test_read_bad_mask_raises_index_error():
+    x = forward.seed(_x(7))
+    with pytest.raises(IndexError):
+        x[np.ones(5, bool)]
+
+
+def test_read_of_intermediate_composes():
+    x0 = _x((3, 4))
+
+    def f(x):
+        return np.exp(x)[::-1, [0, -1]][:, None, 1] * x[:, 2:3]
+
+    y = f(forward.seed(x0))
+    assert_forward(y, f(x0), numerical_jacobian(f, x0, method="complex"), rtol=1e-12,
+                   atol=1e-14)
+
+
+# ---------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------
+
+def _check_program(f, x0):
+    """Run ``f`` on plain numpy and on a forward value; compare value and Jacobian."""
+    expected = f(x0.copy())
+    y = f(forward.seed(x0))
+    assert isinstance(y, forward.value)
+    assert_array_equal(y.value, expected)
+    assert y.value.dtype == expected.dtype
+    ref = numerical_jacobian(f, x0.copy(), method="central")
+    assert_jacobian_equal(y, ref, rtol=1e-6, atol=1e-8)
+    return y
+
+
+def test_write_residual_1d():
+    n = 6
+
+    def residual(x):
+        F = np.zeros(n, like=x)
+        F[1:-1] = x[2:] - 2 * x[1:-1] + x[:-2] + x[1:-1] ** 2
+        F[0] = x[0]
+        F[-1] = x[-1] - 1.0
+        return F
+
+    x0 = _x(n)
+    y = _check_program(residual, x0)
+    expected = np.diag(np.r_[1.0, -2.0 + 2 * x0[1:-1], 1.0])
+    expected[np.arange(1, n - 1), np.arange(0, n - 2)] = 1.0
+    expected[np.arange(1, n - 1), np.arange(2, n)] = 1.0
+    assert_jacobian_equal(y, expected, rtol=1e-15, atol=0)
+
+
+def test_write_repeated_index_last_wins():
+    x0 = _x(5)
+    x = forward.seed(x0)
+    F = np.zeros(5, like=x)
+    F[[1, 3, 1]] = x[[0, 1, 2]]
+    G = np.zeros(5)
+    G[[1, 3, 1]] = x0[[0, 1, 2]]
+    expected = np.zeros((5, 5))
+    expected[1, 2] = expected[3, 1] = 1.0
+    assert_forward(F, G, expected)
+    F[np.array([-1, 0, -1])] = 2 * x[:3]
+    G[np.array([-1, 0, -1])] = 2 * x0[:3]
+    expected[0, 1] = 2.0
+    expected[4, 2] = 2.0
+    assert_forward(F, G, expected)
+    F[[1, 1]] = np.array([5.0, 6.0])       # constants: rows become exactly zero
+    G[[1, 1]] = np.array([5.0, 6.0])
+    expected[1] = 0.0
+    assert_forward(F, G, expected)
+
+
+def test_write_scalar_broadcast_and_constant_pieces():
+    def f(x):
+        F = np.zeros(7, like=x)
+        F[::2] = x[3]                 # forward scalar broadcast into a slice
+        F[1::2] = np.array([1.0, 2.0, 3.0])
+        F[3] = x[0] * x[1]
+        return F
+
+    _check_program(f, _x(4))
+
+
+def test_write_mask_augmented():
+    mask = np.array([True, False, True, True, False])
+
+    def f(x):
+        F = np.zeros(5, like=x)
+        F[:] = x
+        F[mask] += 2 * x[mask] ** 2
+        F[~mask] -= 1.0
+        return F
+
+    _check_program(f, _x(5))
+
+
+def test_write_augmented_repeated_index_is_buffered_like_numpy():
+    def f(x):
+        F = np.zeros(5, like=x)
+        F[:] = x * 3
+        F[[0, 0, 2]] += x[[1, 2, 3]]      # numpy: F[0] = F_old[0] + x[2]
+        F[1:4] -= x[:3]
+        F[::2] *= x[::2]
+        F /= 2.0
+        return F
+
+    _check_program(f, _x(5))
+
+
+def test_write_2d():
+    def f(x):
+        F = np.zeros((3, 4), like=x)
+        F[0] = x[:4]
+        F[1:, 1:] = x[4:10].reshape(2, 3) * 2
+        F[:, 0] = x[10]
+        F[[0, 2], [3, 1]] = x[[0, 1]] ** 2
+        F[2, -1] += x[5]
+        F[np.zeros((3, 4), bool)] = 7.0     # empty mask write
+        return F
+
+    _check_program(f, _x(11))
+
+
+def test_write_2d_forward_seed():
+    def f(x):
+        F = np.zeros((2, 3, 2), like=x)
+        F[..., 0] = x
+        F[:, ::-1, 1] = np.sin(x)
+        F[1, 1] = x[0, :2][::-1]
+        return F
+
+    _check_program(f, _x((2, 3)))
+
+
+def test_write_constant_zeroes_rows():
+    x0 = _x(5)
+    x = forward.seed(x0)
+    F = x * 2
+    F[1:3] = 5.0
+    expected = 2.0 * np.eye(5)
+    expected[1:3] = 0.0
+    assert_forward(F, np.array([2 * x0[0], 5.0, 5.0, 2 * x0[3], 2 * x0[4]]), expected)
+    F[...] = 0.0
+    assert_forward(F, np.zeros(5), np.zeros((5, 5)))
+    F[np.array([True, False, False, False, True])] = np.array([1.0, 2.0])
+    assert_forward(F, np.array([1.0, 0, 0, 0, 2.0]), np.zeros((5, 5)))
+
+
+def test_write_into_seeded_x():
+    x0 = _x(5)
+    keep = x0.copy()
+    x = forward.seed(x0)
+    x[0] = x[1] ** 2
+    x[2:4] = 3.0
+    expected = np.eye(5)
+    expected[0] = 0.0
+    expected[0, 1] = 2 * x0[1]
+    expected[2:4] = 0.0
+    assert_forward(x, np.array([x0[1] ** 2, x0[1], 3.0, 3.0, x0[4]]), expected)
+    assert_array_equal(x0, keep)
+
+
+def test_write_loop_of_single_elements():
+    n = 2000
+    x0 = _x(n)
+    x = forward.seed(x0)
+    F = np.zeros(n, like=x)
+    for i in range(n):
+        F[i] = x[i] * (i + 1) - x[(i + 1) % n]
+    for i in range(0, n, 2):        # a second pass of slice writes on top
+        F[i:i + 2] += x[i:i + 2] ** 2
+    i = np.arange(n)
+    expected_value = x0 * (i + 1) - np.roll(x0, -1) + x0 ** 2
+    assert_allclose(F.value, expected_value, rtol=1e-15, atol=1e-15)
+    expected = (sp.diags((i + 1) + 2 * x0) - sp.csr_matrix(
+        (np.ones(n), ((i + 1) % n, i)), shape=(n, n)).T).tocsr()
+    J = F.dvalue
+    assert J.shape == (n, n)
+    assert abs(J - expected).max() < 1e-12
+
+
+def test_loop_of_slice_writes_over_residual():
+    n = 1000
+    x0 = _x(n)
+    x = forward.seed(x0)
+    F = np.zeros(n, like=x)
+    for i in range(1, n - 1):
+        F[i:i + 1] = x[i - 1:i] - 2 * x[i:i + 1] + x[i + 1:i + 2]
+    F[0] = x[0]
+    F[-1] = x[-1]
+    expected = sp.diags([np.ones(n - 1), -2 * np.ones(n), np.ones(n - 1)], [-1, 0, 1]).tolil()
+    expected[0, :2] = [1.0, 0.0]
+    expected[n - 1, n - 2:] = [0.0, 1.0]
+    assert abs(F.dvalue - expected.tocsr()).max() == 0.0
+
+
+@pytest.mark.parametrize("store", [
+    lambda F, x: F.__setitem__(0, x[0]),
+    lambda F, x: F.__setitem__(slice(1, 3), x[:2]),
+    lambda F, x: F.__setitem__(Ellipsis, x[0]),
+    lambda F, x: F.__setitem__([0, 2], x[:2]),
+], ids=["int", "slice", "ellipsis", "intarray"])
+def test_store_forward_into_plain_ndarray_raises(store):
+    x = forward.seed(_x(3))
+    F = np.zeros(3)
+    with pytest.raises(TypeError) as info:
+        store(F, x)
+    assert "like=" in str(info.value)
+    assert_array_equal(F, np.zeros(3))
+
+
+def test_conversion_to_float_array_refuses():
+    x = forward.seed(_x(3))
+    with pytest.raises(TypeError):
+        np.asarray(x, dtype=np.float64)
+    with pytest.raises(TypeError):
+        np.array(x[0], dtype=float)
+    try:
+        converted = np.asarray(x)
+    except TypeError:
+        return
+    assert converted.dtype == object     # never silently a float array without Jacobian
+
+
+def test_scatter_add_at():
+    x0 = _x(5)
+    x = forward.seed(x0)
+    idx = [0, 2, 0, -1]
+    F = np.zeros(5, like=x)
+    np.add.at(F, idx, x[:4])
+    G = np.zeros(5)
+    np.add.at(G, idx, x0[:4])
+    expected = np.zeros((5, 5))
+    np.add.at(expected, idx, np.eye(5)[:4])
+    assert_forward(F, G, expected)
+    np.add.at(F, [1, 1], 2.0)                       # constant
+    np.add.at(G, [1, 1], 2.0)
+    assert_forward(F, G, expected)
+    np.add.at(F, np.array([3, 3, 3]), x[4])         # forward scalar broadcast
+    np.add.at(G, np.array([3, 3, 3]), x0[4])
+    expected[3, 4] += 3.0
+    assert_forward(F, G, expected)
+
+
+def test_scatter_add_at_2d():
+    def f(x):
+        F = np.zeros((2, 3), like=x)
+        np.add.at(F, ([0, 0, 1], [1, 1, -1]), x ** 2)
+        np.add.at(F, (1, slice(None)), x)
+        return F
+
+    _check_program(f, _x(3))
+
+
+def test_scatter_add_at_into_plain_array_raises():
+    x = forward.seed(_x(3))
+    G = np.zeros(3)
+    with pytest.raises(TypeError):
+        np.add.at(G, [0, 0], x[:2])
+
+
+# ---- sparsesum_bare ------------------------------------------------------------
+
+def sparsesum_bare(*args, **kwargs):
+    from sparsegrad.sparsevec import sparsesum_bare as function
+    return function(*args, **kwargs)
+
+
+def test_sparsesum_bare_forward_terms():
+    x0 = _x(5)
+    x = forward.seed(x0)
+    terms = [(np.array([0, 1]), x[:2]), (np.array([1, 4]), x[2:4] ** 2), (3, x[4]),
+             (np.array([2, 2]), np.array([1.0, 0.5])), (0, 7.0)]
+    F = sparsesum_bare(5, terms)
+    value = np.array([x0[0] + 7.0, x0[1] + x0[2] ** 2, 1.5, x0[4], x0[3] ** 2])
+    expected = np.zeros((5, 5))
+    expected[0, 0] = 1.0
+    expected[1, 1] = 1.0
+    expected[1, 2] = 2 * x0[2]
+    expected[3, 4] = 1.0
+    expected[4, 3] = 2 * x0[3]
+    assert isinstance(F, forward.value)
+    assert_allclose(F.value, value, rtol=1e-15)
+    assert_jacobian_equal(F, expected, rtol=1e-15, atol=0)
+
+
+def test_sparsesum_bare_duplicates_and_generator():
+    x0 = _x(4)
+    x = forward.seed(x0)
+    F = sparsesum_bare(3, ((np.array([1, 1]), x[k:k + 2]) for k in range(2)))
+    assert_allclose(F.value, [0.0, x0[0] + 2 * x0[1] + x0[2], 0.0], rtol=1e-15)
+    expected = np.zeros((3, 4))
+    expected[1, :3] = [1.0, 2.0, 1.0]
+    assert_jacobian_equal(F, expected, rtol=1e-15, atol=0)
+
+
+def test_sparsesum_bare_numeric_and_empty():
+    empty = sparsesum_bare(4, [])
+    assert type(empty) is np.ndarray
+    assert_array_equal(empty, np.zeros(4))
+    numeric = sparsesum_bare(4, iter([(np.array([0, 3, 3]), np.array([1.0, 2.0, 3.0])),
+                                      (1, 4.0)]))
+    assert not isinstance(numeric, forward.value)
+    assert_array_equal(numeric, [1.0, 4.0, 0.0, 5.0])
+
+
+def test_sparsesum_bare_return_sparse():
+    x0 = _x(3)
+    x = forward.seed(x0)
+    idx, v = sparsesum_bare(6, [(np.array([4, 1]), x[:2]), (4, x[2])], return_sparse=True)
+    assert_array_equal(idx, [1, 4])
+    assert_allclose(np.asarray(forward.nvalue(v)), [x0[1], x0[0] + x0[2]], rtol=1e-15)
+    assert_jacobian_equal(v, np.array([[0, 1.0, 0], [1.0, 0, 1.0]]), rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------
+# user arrays are never mutated, values are never views of each other
+# ---------------------------------------------------------------------------
+
+def test_writing_into_forward_leaves_user_array():
+    x0 = np.arange(5.0)
+    x = forward.seed(x0)
+    x[0] = 5.0
+    x[1:3] = x[3:5] * 2
+    assert_array_equal(x0, np.arange(5.0))
+
+
+def test_mutating_user_array_after_seed():
+    x0 = np.arange(5.0)
+    x = forward.seed(x0)
+    y = x[1:4] * 2
+    x0[1] = 100.0
+    assert_array_equal(x.value, np.arange(5.0))
+    assert_array_equal(y.value, [2.0, 4.0, 6.0])
+
+
+def test_constant_written_into_forward_is_copied():
+    c = np.array([1.0, 2.0])
+    x = forward.seed(np.zeros(4))
+    F = np.zeros(4, like=x)
+    F[1:3] = c
+    c[0] = 99.0
+    assert_array_equal(F.value, [0.0, 1.0, 2.0, 0.0])
+
+
+@pytest.mark.parametrize("view", [
+    lambda x: x.reshape(2, 3), lambda x: x[1:4], lambda x: x[::-1], lambda x: x.ravel(),
+    lambda x: np.reshape(x, (3, 2)).T, lambda x: x[None], lambda x: x[...]],
+    ids=["reshape", "slice", "reverse", "ravel", "reshape-T", "none", "ellipsis"])
+@pytest.mark.parametrize("write", ["constant", "forward"])
+def test_no_view_semantics(view, write):
+    x0 = _x(6)
+    x = forward.seed(x0)
+    y = view(x)
+    old_value = view(x0).copy()
+    old_jac = _gather_reference((6,), slice(None))[view(np.arange(6)).reshape(-1)]
+    if write == "constant":
+        x[0] = 5.0
+        x[1:4] = 0.0
+    else:
+        x[0] = x[5] * 3.0
+        x[1:4] = np.exp(x[2:5])
+    assert_forward(y, old_value, old_jac)
+    # and writing into the derived value does not reach x
+    x_value, x_jac = x.value.copy(), _dense(x)
+    y[(0,) * y.ndim] = -1.0
+    assert_array_equal(x.value, x_value)
+    assert_array_equal(_dense(x), x_jac)
+
+
+def test_read_then_write_intermediate_independent():
+    x = forward.seed(_x(4))
+    F = np.zeros(4, like=x)
+    G = F[1:3]
+    F[1] = x[0]
+    assert_array_equal(G.value, [0.0, 0.0])
+    assert_array_equal(_dense(G), np.zeros((2, 4)))

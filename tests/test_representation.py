@@ -1,0 +1,366 @@
+"""The factored Jacobian ``s * diag(d) * M``: sharing, structural zeros, copies, dtypes.
+
+Two layers are tested: the algebra of :mod:`sparsegrad._jacobian` directly, and
+what it guarantees through the public API (a forward value's factored Jacobian
+is reachable as ``fv._jacobian``).
+"""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_allclose, assert_array_equal
+
+from sparsegrad import forward
+from sparsegrad._errors import SeedMismatchError
+from sparsegrad import _jacobian as jac
+
+
+def _seed(n, pattern_only=False):
+    return jac.Seed(n, scalar=False, complex=False, pattern_only=pattern_only)
+
+
+def _csr(dense):
+    return jac.CSR.from_scipy(sp.csr_matrix(np.asarray(dense, dtype=float)))
+
+
+def _to_dense(J, dtype=np.float64):
+    return jac.materialize(J).to_scipy(dtype).toarray()
+
+
+def _pattern(matrix):
+    m = sp.csr_matrix(matrix)
+    return m.indptr.tolist(), m.indices.tolist()
+
+
+def _canonical(m):
+    assert isinstance(m, sp.csr_matrix)
+    assert m.has_sorted_indices
+    copy = m.copy()
+    copy.sum_duplicates()
+    assert copy.nnz == m.nnz
+
+
+# ---------------------------------------------------------------------------
+# sparsegrad._jacobian
+# ---------------------------------------------------------------------------
+
+class TestAlgebra:
+    def test_identity_and_scale(self):
+        s = _seed(3)
+        J = jac.identity(s)
+        assert J.shape == (3, 3)
+        assert_array_equal(_to_dense(J), np.eye(3))
+        K = jac.scale(jac.scale(J, 2.0), np.array([1.0, -1.0, 0.5]))
+        assert K.matrix is J.matrix
+        assert_array_equal(_to_dense(K), np.diag([2.0, -2.0, 1.0]))
+
+    def test_add_same_matrix_keeps_it(self):
+        s = _seed(4)
+        M = _csr([[1, 0, 2, 0], [0, 0, 0, 3], [4, 5, 0, 0]])
+        A = jac.Jacobian(s, 3, 2.0, np.array([1.0, 2.0, 3.0]), M)
+        B = jac.Jacobian(s, 3, -1.0, None, M)
+        C = jac.add([A, B])
+        assert C.matrix is M
+        dense = M.to_scipy(np.float64).toarray()
+        assert_allclose(_to_dense(C), np.diag([1.0, 3.0, 5.0]) @ dense)
+
+    def test_add_different_matrices_merges(self):
+        s = _seed(3)
+        M1 = _csr([[1, 0, 0], [0, 0, 2]])
+        M2 = _csr([[0, 3, 0], [0, 0, 4]])
+        C = jac.add([jac.Jacobian(s, 2, 1.0, None, M1), jac.Jacobian(s, 2, 2.0, None, M2)])
+        assert_array_equal(_to_dense(C), [[1, 6, 0], [0, 0, 10]])
+
+    def test_add_keeps_structural_zeros(self):
+        s = _seed(3)
+        J = jac.identity(s)
+        Z = jac.add([J, jac.scale(J, -1.0)])
+        m = jac.materialize(Z).to_scipy(np.float64)
+        assert m.nnz == 3
+        assert_array_equal(m.indices, [0, 1, 2])
+        assert_array_equal(m.data, 0.0)
+        M1 = _csr([[1, 0, 0], [0, 0, 2]])
+        M2 = _csr([[-1, 0, 0], [0, 0, -2]])
+        m = jac.materialize(jac.add([jac.Jacobian(s, 2, matrix=M1),
+                                     jac.Jacobian(s, 2, matrix=M2)])).to_scipy(np.float64)
+        assert m.nnz == 2
+        assert_array_equal(m.data, 0.0)
+
+    def test_seed_mismatch(self):
+        with pytest.raises(SeedMismatchError):
+            jac.add([jac.identity(_seed(2)), jac.identity(_seed(2))])
+
+    def test_take_rows(self):
+        s = _seed(4)
+        J = jac.scale(jac.identity(s), np.array([1.0, 2.0, 3.0, 4.0]))
+        T = jac.take_rows(J, [3, -1, 0, 3])
+        dense = _to_dense(T)
+        assert_array_equal(dense, [[0, 0, 0, 4], [0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 4]])
+        assert jac.materialize(T).nnz == 3           # the -1 row is structurally empty
+        assert jac.take_rows(J, np.arange(4)) is J
+        E = jac.take_rows(J, np.zeros(0, dtype=np.int64))
+        assert E.shape == (0, 4)
+
+    def test_take_rows_of_matrix(self):
+        s = _seed(3)
+        M = _csr([[1, 0, 2], [0, 3, 0]])
+        T = jac.take_rows(jac.Jacobian(s, 2, 2.0, None, M), [1, 1, 0])
+        assert_array_equal(_to_dense(T), [[0, 6, 0], [0, 6, 0], [2, 0, 4]])
+
+    def test_csr_is_immutable_copy(self):
+        source = sp.csr_matrix(np.array([[1.0, 0, 2], [0, 3, 0]]))
+        M = jac.CSR.from_scipy(source)
+        source.data[:] = 7.0
+        assert_array_equal(M.data, [1.0, 2.0, 3.0])
+        for array in (M.indptr, M.indices, M.data):
+            with pytest.raises(ValueError):
+                array[0] = 0
+        out = M.to_scipy(np.float64)
+        out.data[:] = -1.0
+        out.indices[:] = 0
+        assert_array_equal(M.data, [1.0, 2.0, 3.0])
+        assert_array_equal(M.indices, [0, 2, 1])
+
+    def test_from_scipy_keeps_explicit_zeros_and_sums_duplicates(self):
+        coo = sp.coo_matrix((np.array([0.0, 1.0, 2.0]), (np.array([0, 1, 1]),
+                                                          np.array([1, 0, 0]))), shape=(2, 2))
+        M = jac.CSR.from_scipy(coo)
+        assert M.nnz == 2
+        assert_array_equal(M.indptr, [0, 1, 2])
+        assert_array_equal(M.data, [0.0, 3.0])
+
+    def test_left_multiply(self):
+        s = _seed(3)
+        A = _csr([[1, 2, 0], [0, 0, 3]])
+        J = jac.scale(jac.identity(s), np.array([1.0, 10.0, 100.0]))
+        assert_array_equal(_to_dense(jac.left_multiply(A, J)), [[1, 20, 0], [0, 0, 300]])
+        M = _csr([[1, 1, 0], [0, 1, 0], [0, 0, 1]])
+        K = jac.left_multiply(A, jac.Jacobian(s, 3, matrix=M))
+        assert_array_equal(_to_dense(K), [[1, 3, 0], [0, 0, 3]])
+
+    def test_vstack_and_zero(self):
+        s = _seed(2)
+        Z = jac.zero(s, 2)
+        assert Z.is_zero and Z.shape == (2, 2)
+        V = jac.vstack([jac.identity(s), Z, jac.scale(jac.identity(s), 3.0)])
+        assert_array_equal(_to_dense(V), np.vstack([np.eye(2), np.zeros((2, 2)), 3 * np.eye(2)]))
+
+    def test_mask_rows_does_not_leak_nonfinite(self):
+        s = _seed(3)
+        J = jac.Jacobian(s, 3, 1.0, np.array([np.inf, 2.0, np.nan]))
+        K = jac.mask_rows(J, [False, True, False])
+        assert_array_equal(_to_dense(K), np.diag([0.0, 2.0, 0.0]))
+        M = _csr([[1, 0, 0], [0, 1, 0], [0, 0, 1]])
+        M = jac.CSR(M.shape, M.indptr.copy(), M.indices.copy(), np.array([np.inf, 1.0, np.nan]))
+        K = jac.mask_rows(jac.Jacobian(s, 3, matrix=M), [False, True, False])
+        m = jac.materialize(K).to_scipy(np.float64)
+        assert m.nnz == 3
+        assert_array_equal(m.toarray(), np.diag([0.0, 1.0, 0.0]))
+
+    def test_structural_zeros(self):
+        s = _seed(3)
+        m = jac.materialize(jac.structural_zeros(jac.identity(s))).to_scipy(np.float64)
+        assert m.nnz == 3
+        assert_array_equal(m.data, 0.0)
+
+    def test_conj(self):
+        s = _seed(2)
+        J = jac.scale(jac.identity(s), np.array([1 + 2j, 3 - 1j]))
+        assert_array_equal(_to_dense(jac.conj(J), np.complex128), np.diag([1 - 2j, 3 + 1j]))
+
+    def test_pattern_only(self):
+        s = _seed(3, pattern_only=True)
+        J = jac.identity(s)
+        assert jac.scale(J, 0.0) is J
+        M = _csr([[0, 1, 0], [0, 0, 1], [1, 0, 0]])
+        U = jac.materialize(jac.add([J, jac.Jacobian(s, 3, matrix=M)]))
+        assert U.data is None
+        assert_array_equal(U.indptr, [0, 2, 4, 6])
+        assert_array_equal(U.indices, [0, 1, 1, 2, 0, 2])
+
+
+# ---------------------------------------------------------------------------
+# through the public API
+# ---------------------------------------------------------------------------
+
+def _x(n, k=0):
+    rng = np.random.default_rng(99 + k)
+    return rng.uniform(0.5, 1.5, n) * rng.choice([-1.0, 1.0], n)
+
+
+IDX = np.array([4, 0, 0, 2, -1, 3])
+
+
+@pytest.mark.parametrize("op", [
+    lambda z: np.exp(z) * 2,
+    lambda z: -z / 3.0 + 1.0,
+    lambda z: np.sin(z) * np.cos(z),
+    lambda z: np.exp(z) + np.sin(z),
+    lambda z: z * z - 2 * z,
+    lambda z: z ** 2,
+    lambda z: abs(z) + np.tanh(z),
+    lambda z: np.maximum(z, -z),
+    lambda z: np.where(np.arange(z.shape[0]) % 2 == 0, z, np.exp(z)),
+], ids=["exp*2", "affine", "product", "sum", "poly", "square", "abs+tanh", "maximum", "where"])
+def test_elementwise_ops_share_the_matrix(op):
+    x0 = _x(5)
+    x = forward.seed(x0)
+    assert op(x)._jacobian.matrix is x._jacobian.matrix
+    z = x[IDX]
+    before = z.dvalue.toarray()
+    w = op(z)
+    assert w._jacobian.matrix is z._jacobian.matrix
+    assert_array_equal(z.dvalue.toarray(), before)       # z is not modified
+
+
+def test_structural_zeros_kept():
+    x0 = _x(5)
+    x = forward.seed(x0)
+    d = (x - x).dvalue
+    _canonical(d)
+    assert d.nnz == 5
+    assert_array_equal(d.indices, np.arange(5))
+    assert_array_equal(d.data, 0.0)
+    z = x[IDX]
+    d = (z - z).dvalue
+    assert _pattern(d) == _pattern(z.dvalue)
+    assert_array_equal(d.data, 0.0)
+
+
+def test_product_at_zero_keeps_entry():
+    x0 = np.array([1.0, 0.0, 2.0, 0.0, 3.0])
+    x = forward.seed(x0)
+    y = x * x[::-1]
+    d = y.dvalue
+    _canonical(d)
+    expected = np.diag(x0[::-1]) + np.eye(5)[::-1] * x0[:, None]
+    assert_array_equal(d.toarray(), expected)
+    assert _pattern(d) == _pattern(np.eye(5) + np.eye(5)[::-1])   # row 1: x3 = 0 stored
+    xs = forward.seed_sparsity(x0)
+    assert _pattern((xs * xs[::-1]).sparsity) == _pattern(d)
+
+
+PATTERN_FUNCTIONS = {
+    "product": lambda x: x * x[::-1],
+    "square": lambda x: x ** 2,
+    "abs": lambda x: abs(x),
+    "maximum": lambda x: np.maximum(x, x[::-1]),
+    "where-x-condition": lambda x: np.where(x > 0, x, 2 * x[::-1]),
+    "clip": lambda x: np.clip(x, -0.5, 0.5),
+    "max-reduction": lambda x: np.max(x.reshape(2, 3), axis=0),
+    "prod": lambda x: np.prod(x),
+    "sqrt-of-square": lambda x: np.sqrt(x * x + 1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(PATTERN_FUNCTIONS))
+def test_pattern_independent_of_values(name):
+    f = PATTERN_FUNCTIONS[name]
+    points = [_x(6, 1), _x(6, 2), np.zeros(6), np.array([1.0, -2.0, 0.0, 0.0, 3.0, -0.1])]
+    patterns = [_pattern(f(forward.seed(p)).dvalue) for p in points]
+    for p in patterns[1:]:
+        assert p == patterns[0]
+    assert _pattern(f(forward.seed_sparsity(points[0])).sparsity) == patterns[0]
+
+
+def test_seed_copies_the_user_array():
+    x0 = np.arange(4.0)
+    x = forward.seed(x0)
+    assert not np.shares_memory(x.value, x0)
+    x0[:] = -1.0
+    assert_array_equal(x.value, np.arange(4.0))
+    assert_array_equal(x.dvalue.toarray(), np.eye(4))
+
+
+def test_dvalue_is_a_fresh_matrix_each_time():
+    x0 = _x(5)
+    x = forward.seed(x0)
+    d1, d2 = x.dvalue, x.dvalue
+    assert d1 is not d2
+    assert not np.shares_memory(d1.data, d2.data)
+    d1.data[:] = 42.0
+    assert_array_equal(x.dvalue.toarray(), np.eye(5))
+    assert_array_equal((x * 2).dvalue.toarray(), 2 * np.eye(5))
+    z = x[IDX]
+    dz = z.dvalue
+    dz.data[:] = 7.0
+    dz.indices[:] = 0
+    assert_array_equal(z.dvalue.toarray(), np.eye(5)[IDX])
+    assert_array_equal((3 * z).dvalue.toarray(), 3 * np.eye(5)[IDX])
+    assert x.gradient is not x.dvalue and x.sparsity is not x.dvalue
+
+
+def test_constant_matrix_is_copied():
+    A = sp.csr_matrix(np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]]))
+    x = forward.seed(_x(3))
+    y = A @ x
+    A.data[:] = 0.0
+    assert_array_equal(y.dvalue.toarray(), [[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])
+    assert_array_equal((y * 2).dvalue.toarray(), [[2.0, 4.0, 0.0], [0.0, 0.0, 6.0]])
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: x, lambda x: x * 2, lambda x: np.exp(x), lambda x: x[[0, 2, 2]],
+    lambda x: np.sum(x), lambda x: np.concatenate([x, x]), lambda x: x.reshape(3, 1),
+    lambda x: np.cumsum(x), lambda x: x @ np.ones((3, 2), dtype=x.dtype)],
+    ids=["seed", "scale", "exp", "index", "sum", "concatenate", "reshape", "cumsum", "matmul"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.longdouble, np.complex64,
+                                   np.complex128])
+def test_jacobian_dtype_follows_value(op, dtype):
+    y = op(forward.seed(np.array([0.5, 1.0, 1.5], dtype=dtype)))
+    assert y.value.dtype == dtype
+    assert y.dvalue.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_])
+def test_int_and_bool_seeds_promoted(dtype):
+    x0 = np.array([1, 0, 1], dtype=dtype)
+    x = forward.seed(x0)
+    assert x.value.dtype == np.float64
+    assert_array_equal(x.value, x0.astype(np.float64))
+    assert x.dvalue.dtype == np.float64
+    assert_array_equal(x.dvalue.toarray(), np.eye(3))
+
+
+@pytest.mark.parametrize("index", [[1, 2], slice(1, None), np.array([True, False, True]),
+                                   Ellipsis, (None, 0)])
+@pytest.mark.parametrize("dtype", [np.int64, np.float32, np.float64])
+def test_pure_indexing_keeps_float_dtype(index, dtype):
+    x = forward.seed(np.arange(3).astype(dtype))
+    y = x[index]
+    expected = np.float32 if dtype == np.float32 else np.float64
+    assert y.value.dtype == expected
+    assert y.dvalue.dtype == expected
+    assert_array_equal(y.dvalue.toarray(), np.eye(3)[np.arange(3)[index].reshape(-1)])
+
+
+def test_float32_mixed_with_float64_constant():
+    x = forward.seed(np.ones(3, np.float32))
+    y = x * 2.0                                  # a python float keeps float32 (NEP 50)
+    assert y.value.dtype == np.float32
+    assert y.dvalue.dtype == y.value.dtype
+    z = x + np.ones(3)
+    assert z.value.dtype == np.float64 and z.dvalue.dtype == np.float64
+
+
+def test_sparsity_mode():
+    x0 = _x(5)
+    xs = forward.seed_sparsity(x0)
+    y = np.exp(xs[IDX[:5]]) * 3 + xs[::-1]
+    s = y.sparsity
+    assert isinstance(s, sp.csr_matrix)
+    assert s.dtype == np.bool_
+    _canonical(s)
+    x = forward.seed(x0)
+    assert _pattern(s) == _pattern((np.exp(x[IDX[:5]]) * 3 + x[::-1]).dvalue)
+    assert_array_equal(y.value, np.exp(x0[IDX[:5]]) * 3 + x0[::-1])
+
+
+def test_scalar_seed_shapes():
+    x = forward.seed(np.array(2.0))
+    assert isinstance(x.dvalue, np.ndarray) and x.dvalue.shape == ()
+    assert x.dvalue == 1.0
+    v = x * np.arange(3.0)
+    assert isinstance(v.dvalue, sp.csr_matrix) and v.dvalue.shape == (3, 1)
+    s = np.sum(forward.seed(np.arange(3.0)) ** 2)
+    assert isinstance(s.dvalue, sp.csr_matrix) and s.dvalue.shape == (1, 3)
+    assert_array_equal(s.dvalue.toarray(), [[0.0, 2.0, 4.0]])
