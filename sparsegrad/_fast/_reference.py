@@ -151,9 +151,11 @@ def gather_rows(indptr, indices, data, rows):
     if len(rows) and rows.min() < -1:
         raise ValueError("gather_rows: row indices must be >= -1")
     valid = rows >= 0
-    safe = np.where(valid, rows, 0)
-    starts = indptr[safe]
-    counts = np.where(valid, indptr[safe + 1] - starts, 0)
+    # rows of -1 must not touch indptr: the source may have no rows at all
+    starts = np.zeros(len(rows), dtype=INDEX_DTYPE)
+    counts = np.zeros(len(rows), dtype=INDEX_DTYPE)
+    starts[valid] = indptr[rows[valid]]
+    counts[valid] = indptr[rows[valid] + 1] - starts[valid]
     new_indptr = np.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
     np.cumsum(counts, out=new_indptr[1:])
     source = np.arange(new_indptr[-1], dtype=INDEX_DTYPE)
