@@ -1,0 +1,1 @@
+"""GPU (cupy) backend of sparsegrad; cupy is imported only inside this package."""

@@ -1,0 +1,1 @@
+"""Internal implementation package of sparsegrad (kept for old import paths)."""
