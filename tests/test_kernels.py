@@ -1,0 +1,650 @@
+"""Tests of the CSR kernels, run on both implementations.
+
+The ``kernels`` fixture is the pure-numpy reference (``_reference.py``) or the
+compiled Cython twin (``_kernels.pyx``).  A missing compiled module skips its
+half of the tests, except under ``CI=true``, where it fails them.
+
+Every kernel call goes through :func:`call`, which checks that the inputs are
+unchanged and that no output shares memory with an input.  Results are checked
+against dense numpy computations (values) and against patterns built by hand
+(structural zeros included); the last section compares the two implementations
+on random inputs, bit for bit for real dtypes.
+"""
+import importlib
+import os
+
+import numpy as np
+import pytest
+
+from sparsegrad._fast import _reference
+
+I64 = np.int64
+REAL = [np.float32, np.float64]
+COMPLEX = [np.complex64, np.complex128]
+COMPILED_DTYPES = REAL + COMPLEX
+ALL_DTYPES = COMPILED_DTYPES + [np.longdouble, np.clongdouble]
+
+
+def _in_ci():
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _compiled_module():
+    try:
+        return importlib.import_module("sparsegrad._fast._kernels")
+    except ImportError as exc:
+        if _in_ci():
+            pytest.fail("CI=true but the compiled kernels cannot be imported: %s" % exc)
+        pytest.skip("compiled kernels not built: %s" % exc)
+
+
+@pytest.fixture(params=["reference", "compiled"])
+def kernels(request):
+    """The kernel module under test."""
+    if request.param == "reference":
+        return _reference
+    return _compiled_module()
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """The compiled kernel module (for comparisons with the reference)."""
+    return _compiled_module()
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+def _arrays_in(obj):
+    if isinstance(obj, np.ndarray):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _arrays_in(item)
+
+
+def call(function, *args, **kwargs):
+    """``function(*args, **kwargs)``, checking inputs unchanged and outputs not aliased."""
+    inputs = list(_arrays_in(args))
+    before = [a.copy() for a in inputs]
+    result = function(*args, **kwargs)
+    for a, b in zip(inputs, before):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b, err_msg="an input was modified")
+    outputs = [result] if isinstance(result, np.ndarray) else [
+        r for r in result if r is not None]
+    for k, out in enumerate(outputs):
+        assert isinstance(out, np.ndarray)
+        for a in inputs + outputs[:k]:
+            assert not np.shares_memory(out, a), "an output aliases another array"
+    return result
+
+
+def csr(dense, dtype=None):
+    """Canonical int64 CSR of a dense array; entries that are NaN are not stored,
+    every other entry (zeros included) is stored when ``dense`` is masked."""
+    if isinstance(dense, np.ma.MaskedArray):
+        stored = ~np.ma.getmaskarray(dense)
+        values = dense.data
+    else:
+        stored = dense != 0
+        values = dense
+    rows, cols = np.nonzero(stored)
+    indptr = np.zeros(stored.shape[0] + 1, dtype=I64)
+    np.cumsum(stored.sum(axis=1), out=indptr[1:])
+    data = values[rows, cols]
+    return indptr, cols.astype(I64), data if dtype is None else data.astype(dtype)
+
+
+def random_csr(rng, n_rows, n_cols, density=0.3, dtype=np.float64, zeros=0.1):
+    """Random canonical CSR; a fraction ``zeros`` of the stored values are 0."""
+    stored = rng.random((n_rows, n_cols)) < density
+    values = rng.standard_normal((n_rows, n_cols))
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.standard_normal((n_rows, n_cols))
+    values[rng.random((n_rows, n_cols)) < zeros] = 0
+    return csr(np.ma.masked_array(values, mask=~stored), dtype)
+
+
+def to_dense(indptr, indices, data, shape, dtype=None):
+    """Dense array of a CSR matrix (data None: ones); duplicates summed."""
+    rows = np.repeat(np.arange(shape[0]), np.diff(indptr))
+    values = np.ones(len(indices)) if data is None else data
+    out = np.zeros(shape, dtype=dtype or values.dtype)
+    np.add.at(out, (rows, indices), values)
+    return out
+
+
+def pattern(indptr, indices, shape):
+    """Boolean dense array: which entries are stored."""
+    out = np.zeros(shape, dtype=bool)
+    out[np.repeat(np.arange(shape[0]), np.diff(indptr)), indices] = True
+    return out
+
+
+def check_canonical(result, shape):
+    """``result`` is canonical CSR of ``shape``: int64 indices, sorted unique columns."""
+    indptr, indices, data = result
+    assert indptr.dtype == I64 and indices.dtype == I64
+    assert indptr.shape == (shape[0] + 1,)
+    assert indptr[0] == 0 and indptr[-1] == len(indices)
+    assert np.all(np.diff(indptr) >= 0)
+    if len(indices):
+        assert indices.min() >= 0 and indices.max() < shape[1]
+    rows = np.repeat(np.arange(shape[0]), np.diff(indptr))
+    same_row = rows[1:] == rows[:-1]
+    assert np.all(np.diff(indices)[same_row] > 0), "columns not sorted and unique"
+    if data is not None:
+        assert data.shape == indices.shape
+
+
+def assert_values(actual, expected, rtol=None):
+    """Same dtype and close values (dense comparisons sum in another order);
+    ``rtol`` defaults to one for the precision of ``actual``."""
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    if actual.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual, expected)
+        return
+    if rtol is None:
+        rtol = 1e-5 if np.finfo(actual.dtype).eps > 1e-10 else 1e-12
+    np.testing.assert_allclose(actual.astype(np.clongdouble),
+                               expected.astype(np.clongdouble), rtol=rtol, atol=rtol)
+
+
+def assert_same_result(actual, expected):
+    """Two kernel results agree: identical indices, identical dtype, and values
+    bit for bit for real dtypes (within a few ulps for complex ones, see
+    the module docstring of ``_kernels.pyx``)."""
+    if isinstance(expected, np.ndarray):
+        actual, expected = (None, None, actual), (None, None, expected)
+    for a, e in zip(actual[:2], expected[:2]):
+        if e is not None:
+            assert a.dtype == e.dtype
+            np.testing.assert_array_equal(a, e)
+    a, e = actual[2], expected[2]
+    assert (a is None) == (e is None)
+    if e is None:
+        return
+    assert a.dtype == e.dtype and a.shape == e.shape
+    if e.dtype.kind == "c":
+        eps = np.finfo(e.dtype).eps
+        scale = max(1.0, float(np.abs(e).max(initial=0)))
+        np.testing.assert_allclose(a, e, rtol=16 * eps, atol=16 * eps * scale)
+    else:
+        np.testing.assert_array_equal(a, e)
+
+
+def readonly(*arrays):
+    for a in arrays:
+        if a is not None:
+            a.setflags(write=False)
+    return arrays
+
+
+# ---------------------------------------------------------------------------
+# coo_to_csr
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES + [np.int64])
+def test_coo_to_csr_sums_duplicates(kernels, rng, dtype):
+    n_rows, n_cols, n = 7, 5, 60
+    rows = rng.integers(0, n_rows, n)
+    cols = rng.integers(0, n_cols, n)
+    values = (rng.standard_normal(n) * 4).astype(dtype)
+    result = call(kernels.coo_to_csr, n_rows, n_cols, rows, cols, values)
+    check_canonical(result, (n_rows, n_cols))
+    expected = np.zeros((n_rows, n_cols), dtype=dtype)
+    np.add.at(expected, (rows, cols), values)
+    assert_values(to_dense(*result, (n_rows, n_cols)), expected)
+    stored = np.zeros((n_rows, n_cols), dtype=bool)
+    stored[rows, cols] = True
+    np.testing.assert_array_equal(pattern(*result[:2], (n_rows, n_cols)), stored)
+
+
+def test_coo_to_csr_keeps_entries_that_cancel(kernels):
+    result = call(kernels.coo_to_csr, 2, 3, np.array([1, 0, 1]), np.array([2, 0, 2]),
+                  np.array([1.5, 2.0, -1.5]))
+    np.testing.assert_array_equal(result[0], [0, 1, 2])
+    np.testing.assert_array_equal(result[1], [0, 2])
+    np.testing.assert_array_equal(result[2], [2.0, 0.0])
+
+
+def test_coo_to_csr_sums_in_input_order(kernels):
+    # ((1e16 + 1) + 1) rounds to 1e16 twice; a pairwise sum would give 1e16 + 2
+    values = np.array([1e16, 1.0, 1.0])
+    result = call(kernels.coo_to_csr, 1, 1, np.zeros(3, I64), np.zeros(3, I64), values)
+    assert result[2][0] == (1e16 + 1.0) + 1.0
+
+
+def test_coo_to_csr_pattern_only_and_empty(kernels):
+    result = call(kernels.coo_to_csr, 3, 4, np.array([2, 0, 2]), np.array([1, 3, 1]), None)
+    check_canonical(result, (3, 4))
+    assert result[2] is None
+    np.testing.assert_array_equal(result[0], [0, 1, 1, 2])
+    np.testing.assert_array_equal(result[1], [3, 1])
+    for n_rows, n_cols in [(0, 0), (3, 0), (0, 3), (2, 2)]:
+        empty = np.zeros(0, I64)
+        result = call(kernels.coo_to_csr, n_rows, n_cols, empty, empty, np.zeros(0))
+        check_canonical(result, (n_rows, n_cols))
+        assert result[2].dtype == np.float64 and len(result[2]) == 0
+        assert call(kernels.coo_to_csr, n_rows, n_cols, empty, empty, None)[2] is None
+
+
+def test_coo_to_csr_rejects_out_of_range(kernels):
+    with pytest.raises(ValueError):
+        kernels.coo_to_csr(2, 2, np.array([0, 2]), np.array([0, 0]), None)
+    with pytest.raises(ValueError):
+        kernels.coo_to_csr(2, 2, np.array([0, 1]), np.array([0, 2]), np.ones(2))
+    with pytest.raises(ValueError):
+        kernels.coo_to_csr(2, 2, np.array([0, -1]), np.array([0, 0]), np.ones(2))
+
+
+# ---------------------------------------------------------------------------
+# merge_scaled
+# ---------------------------------------------------------------------------
+
+def _expected_merge(terms, shape, dtype):
+    total = np.zeros(shape, dtype=dtype)
+    stored = np.zeros(shape, dtype=bool)
+    for indptr, indices, data, scale in terms:
+        block = to_dense(indptr, indices, data, shape, dtype)
+        if scale is not None:
+            block = block * np.asarray(scale)[:, None]
+        total = total + block
+        stored |= pattern(indptr, indices, shape)
+    return total, stored
+
+
+@pytest.mark.parametrize("n_terms", [1, 2, 3, 5])
+def test_merge_scaled_against_dense(kernels, rng, n_terms):
+    n_rows, n_cols = 9, 7
+    terms = []
+    for k in range(n_terms):
+        indptr, indices, data = random_csr(rng, n_rows, n_cols)
+        if k % 3 == 1:
+            data = None
+        scale = None if k % 2 == 0 else rng.standard_normal(n_rows)
+        terms.append((indptr, indices, data, scale))
+    result = call(kernels.merge_scaled, n_rows, n_cols, terms)
+    check_canonical(result, (n_rows, n_cols))
+    total, stored = _expected_merge(terms, (n_rows, n_cols), np.float64)
+    np.testing.assert_array_equal(pattern(*result[:2], (n_rows, n_cols)), stored)
+    assert_values(to_dense(*result, (n_rows, n_cols)), total)
+    only = call(kernels.merge_scaled, n_rows, n_cols, terms, pattern_only=True)
+    assert only[2] is None
+    np.testing.assert_array_equal(only[0], result[0])
+    np.testing.assert_array_equal(only[1], result[1])
+
+
+def test_merge_scaled_keeps_cancelled_entries(kernels, rng):
+    indptr, indices, data = random_csr(rng, 6, 6, zeros=0)
+    other = random_csr(rng, 6, 6)
+    terms = [(indptr, indices, data, None), other + (np.zeros(6),),
+             (indptr, indices, -data, None)]
+    result = call(kernels.merge_scaled, 6, 6, terms)
+    _, stored = _expected_merge(terms, (6, 6), np.float64)
+    np.testing.assert_array_equal(pattern(*result[:2], (6, 6)), stored)
+    np.testing.assert_array_equal(result[2], np.zeros(len(result[1])))
+
+
+def test_merge_scaled_example(kernels):
+    indptr, indices = np.array([0, 1, 2]), np.array([0, 1])
+    result = call(kernels.merge_scaled, 2, 2, [(indptr, indices, None, np.array([2.0, 3.0])),
+                                               (indptr, indices, None, None)])
+    np.testing.assert_array_equal(result[2], [3.0, 4.0])
+
+
+@pytest.mark.parametrize("n_rows,n_cols", [(0, 0), (0, 4), (4, 0), (3, 3)])
+def test_merge_scaled_empty(kernels, n_rows, n_cols):
+    result = call(kernels.merge_scaled, n_rows, n_cols, [])
+    check_canonical(result, (n_rows, n_cols))
+    assert result[2].dtype == np.float64 and len(result[2]) == 0
+    assert call(kernels.merge_scaled, n_rows, n_cols, [], pattern_only=True)[2] is None
+    empty = (np.zeros(n_rows + 1, I64), np.zeros(0, I64), np.zeros(0), np.ones(n_rows))
+    result = call(kernels.merge_scaled, n_rows, n_cols, [empty, empty[:3] + (None,)])
+    check_canonical(result, (n_rows, n_cols))
+    assert len(result[1]) == 0 and result[2].dtype == np.float64
+
+
+@pytest.mark.parametrize("data_dtype,scale_dtype,none_term,expected", [
+    (np.float32, None, False, np.float32),
+    (np.float32, np.float32, False, np.float32),
+    (np.float32, np.float32, True, np.float64),
+    (np.float32, np.float64, False, np.float64),
+    (np.complex64, np.float32, False, np.complex64),
+    (np.complex64, np.float32, True, np.complex128),
+    (np.float64, np.complex128, False, np.complex128),
+    (np.complex128, np.complex128, True, np.complex128),
+    (np.longdouble, None, True, np.longdouble),
+    (np.float64, np.clongdouble, False, np.clongdouble),
+])
+def test_merge_scaled_dtypes(kernels, rng, data_dtype, scale_dtype, none_term, expected):
+    n = 6
+    indptr, indices, data = random_csr(rng, n, n, dtype=data_dtype)
+    scale = None if scale_dtype is None else (rng.standard_normal(n) + 0.5).astype(scale_dtype)
+    terms = [(indptr, indices, data, scale)]
+    if none_term:
+        terms.append(random_csr(rng, n, n)[:2] + (None, None))
+    result = call(kernels.merge_scaled, n, n, terms)
+    check_canonical(result, (n, n))
+    assert result[2].dtype == expected
+    total, stored = _expected_merge(terms, (n, n), expected)
+    np.testing.assert_array_equal(pattern(*result[:2], (n, n)), stored)
+    single = np.float32 in (data_dtype, scale_dtype) or np.complex64 in (data_dtype, scale_dtype)
+    assert_values(to_dense(*result, (n, n)), total, rtol=1e-5 if single else None)
+
+
+def test_merge_scaled_accepts_readonly_and_broadcast_scales(kernels, rng):
+    indptr, indices, data = readonly(*random_csr(rng, 5, 4))
+    scale = np.broadcast_to(np.float64(3.0), (5,))
+    result = call(kernels.merge_scaled, 5, 4, [(indptr, indices, data, scale),
+                                               (indptr, indices, None, None)])
+    np.testing.assert_array_equal(result[1], indices)
+    np.testing.assert_array_equal(result[2], data * 3.0 + 1.0)
+
+
+def test_merge_scaled_rejects_columns_out_of_range(kernels):
+    term = (np.array([0, 1]), np.array([3]), np.ones(1), None)
+    with pytest.raises(ValueError):
+        kernels.merge_scaled(1, 3, [term])
+
+
+# ---------------------------------------------------------------------------
+# gather_rows
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES + [np.int64, object, None])
+def test_gather_rows(kernels, rng, dtype):
+    n_rows, n_cols = 8, 6
+    indptr, indices, data = random_csr(rng, n_rows, n_cols)
+    data = None if dtype is None else data.astype(dtype)
+    rows = np.array([3, -1, 0, 3, 7, 7, -1, 5, 2], dtype=I64)
+    result = call(kernels.gather_rows, indptr, indices, data, rows)
+    check_canonical(result, (len(rows), n_cols))
+    source = pattern(indptr, indices, (n_rows, n_cols))
+    expected_pattern = np.where((rows >= 0)[:, None], source[rows], False)
+    np.testing.assert_array_equal(pattern(*result[:2], (len(rows), n_cols)), expected_pattern)
+    if data is None:
+        assert result[2] is None
+    else:
+        assert result[2].dtype == data.dtype
+        dense = to_dense(indptr, indices, data, (n_rows, n_cols))
+        expected = np.where((rows >= 0)[:, None], dense[rows], 0).astype(data.dtype)
+        np.testing.assert_array_equal(to_dense(*result, (len(rows), n_cols)), expected)
+
+
+def test_gather_rows_example_and_edges(kernels):
+    result = call(kernels.gather_rows, np.array([0, 1, 3]), np.array([0, 0, 1]), None,
+                  np.array([1, -1, 0]))
+    np.testing.assert_array_equal(result[0], [0, 2, 2, 3])
+    np.testing.assert_array_equal(result[1], [0, 1, 0])
+    assert result[2] is None
+    # no rows, only empty rows, an empty source
+    indptr, indices, data = np.array([0, 2, 2]), np.array([0, 3]), np.array([1.0, 0.0])
+    result = call(kernels.gather_rows, indptr, indices, data, np.zeros(0, I64))
+    np.testing.assert_array_equal(result[0], [0])
+    assert len(result[1]) == 0 and result[2].dtype == np.float64
+    result = call(kernels.gather_rows, indptr, indices, data, np.array([-1, 1, -1]))
+    np.testing.assert_array_equal(result[0], [0, 0, 0, 0])
+    result = call(kernels.gather_rows, np.zeros(1, I64), np.zeros(0, I64), None,
+                  np.array([-1, -1]))
+    np.testing.assert_array_equal(result[0], [0, 0, 0])
+    # the stored zero travels with its row
+    result = call(kernels.gather_rows, indptr, indices, data, np.array([0, 0]))
+    np.testing.assert_array_equal(result[1], [0, 3, 0, 3])
+    np.testing.assert_array_equal(result[2], [1.0, 0.0, 1.0, 0.0])
+
+
+def test_gather_rows_rejects_bad_rows(kernels):
+    indptr, indices = np.array([0, 1, 2]), np.array([0, 1])
+    with pytest.raises(ValueError):
+        kernels.gather_rows(indptr, indices, None, np.array([0, -2]))
+    with pytest.raises((ValueError, IndexError)):
+        kernels.gather_rows(indptr, indices, None, np.array([2]))
+
+
+# ---------------------------------------------------------------------------
+# matmul
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [
+    (np.float64, np.float64), (None, np.float64), (np.float64, None), (None, None),
+    (np.float32, np.float32), (np.float32, None), (np.complex64, np.float32),
+    (np.complex128, np.complex128), (np.float32, np.complex64),
+    (np.longdouble, np.float64), (np.clongdouble, None)])
+def test_matmul_against_dense(kernels, rng, a_dtype, b_dtype):
+    n, m, p = 7, 6, 5
+    a = random_csr(rng, n, m, dtype=a_dtype or np.float64, density=0.4)
+    b = random_csr(rng, m, p, dtype=b_dtype or np.float64, density=0.4)
+    a_data = None if a_dtype is None else a[2]
+    b_data = None if b_dtype is None else b[2]
+    result = call(kernels.matmul, a[0], a[1], a_data, b[0], b[1], b_data, p)
+    check_canonical(result, (n, p))
+    dtype = np.result_type(a_dtype or np.float64, b_dtype or np.float64)
+    dense = to_dense(a[0], a[1], a_data, (n, m), dtype) @ to_dense(b[0], b[1], b_data,
+                                                                     (m, p), dtype)
+    assert_values(to_dense(*result, (n, p)), dense)
+    structural = (pattern(a[0], a[1], (n, m)).astype(int)
+                  @ pattern(b[0], b[1], (m, p)).astype(int)) > 0
+    np.testing.assert_array_equal(pattern(*result[:2], (n, p)), structural)
+    only = call(kernels.matmul, a[0], a[1], a_data, b[0], b[1], b_data, p, pattern_only=True)
+    assert only[2] is None
+    np.testing.assert_array_equal(only[0], result[0])
+    np.testing.assert_array_equal(only[1], result[1])
+
+
+def test_matmul_keeps_cancelled_products(kernels):
+    # [1 1] @ [[1], [-1]] = [0], stored
+    result = call(kernels.matmul, np.array([0, 2]), np.array([0, 1]), None,
+                  np.array([0, 1, 2]), np.array([0, 0]), np.array([1.0, -1.0]), 1)
+    np.testing.assert_array_equal(result[0], [0, 1])
+    np.testing.assert_array_equal(result[1], [0])
+    np.testing.assert_array_equal(result[2], [0.0])
+
+
+def test_matmul_edges(kernels, rng):
+    b = random_csr(rng, 4, 3)
+    # A with no rows, A with empty rows, B with no columns
+    result = call(kernels.matmul, np.zeros(1, I64), np.zeros(0, I64), None, *b, 3)
+    check_canonical(result, (0, 3))
+    result = call(kernels.matmul, np.zeros(3, I64), np.zeros(0, I64), np.zeros(0), *b, 3)
+    check_canonical(result, (2, 3))
+    assert len(result[1]) == 0 and result[2].dtype == np.float64
+    a = random_csr(rng, 3, 4, density=0.6)
+    result = call(kernels.matmul, *a, np.zeros(5, I64), np.zeros(0, I64), None, 0)
+    check_canonical(result, (3, 0))
+    # one long output row, from n rows of B with one entry each (the long-row sort)
+    n = 300
+    a = (np.array([0, n], I64), np.arange(n, dtype=I64), rng.standard_normal(n))
+    b_indices = rng.permutation(2 * n)[:n].astype(I64)
+    b = (np.arange(n + 1, dtype=I64), b_indices, rng.standard_normal(n))
+    result = call(kernels.matmul, *a, *b, 2 * n)
+    check_canonical(result, (1, 2 * n))
+    np.testing.assert_array_equal(result[1], np.sort(b_indices))
+
+
+def test_matmul_rejects_bad_indices(kernels):
+    with pytest.raises((ValueError, IndexError)):
+        kernels.matmul(np.array([0, 1]), np.array([2]), None,
+                       np.array([0, 1, 2]), np.array([0, 0]), None, 1)
+
+
+# ---------------------------------------------------------------------------
+# scale_rows
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data_dtype,scale_dtype", [
+    (np.float64, np.float64), (None, np.float64), (np.float32, np.float32),
+    (None, np.float32), (np.float32, np.float64), (np.complex64, np.float32),
+    (np.float64, np.complex128), (np.complex128, np.complex128), (None, np.int64),
+    (np.longdouble, np.float64), (None, np.clongdouble)])
+def test_scale_rows(kernels, rng, data_dtype, scale_dtype):
+    indptr, indices, data = random_csr(rng, 6, 5, dtype=data_dtype or np.float64)
+    data = None if data_dtype is None else data
+    scale = (rng.standard_normal(6) * 3).astype(scale_dtype)
+    result = call(kernels.scale_rows, indptr, data, scale)
+    expected_dtype = scale.dtype if data is None else np.result_type(data, scale)
+    assert result.dtype == expected_dtype and result.shape == indices.shape
+    rows = np.repeat(np.arange(6), np.diff(indptr))
+    expected = scale[rows] if data is None else data * scale[rows]
+    assert_values(result, expected)
+
+
+def test_scale_rows_example_and_empty(kernels):
+    np.testing.assert_array_equal(
+        call(kernels.scale_rows, np.array([0, 2, 3]), None, np.array([2.0, 5.0])),
+        [2.0, 2.0, 5.0])
+    assert call(kernels.scale_rows, np.zeros(1, I64), None, np.zeros(0)).shape == (0,)
+    result = call(kernels.scale_rows, np.zeros(4, I64), np.zeros(0, np.float32),
+                  np.ones(3, np.float32))
+    assert result.shape == (0,) and result.dtype == np.float32
+
+
+# ---------------------------------------------------------------------------
+# the compiled kernels: validation, and identity with the reference
+# ---------------------------------------------------------------------------
+
+def test_compiled_validates_csr(compiled):
+    good = (np.array([0, 1, 2]), np.array([0, 1]), np.ones(2), None)
+    with pytest.raises(ValueError):        # indptr of the wrong length
+        compiled.merge_scaled(3, 2, [good])
+    with pytest.raises(ValueError):        # decreasing indptr
+        compiled.merge_scaled(2, 2, [(np.array([0, 2, 1, 2]), np.array([0, 1]), None, None)])
+    with pytest.raises(ValueError):        # indptr not ending at nnz
+        compiled.gather_rows(np.array([0, 1, 3]), np.array([0, 1]), None, np.array([0]))
+    with pytest.raises(ValueError):        # data of the wrong length
+        compiled.merge_scaled(2, 2, [good[:2] + (np.ones(3), None)])
+    with pytest.raises(ValueError):        # scale of the wrong length
+        compiled.scale_rows(np.array([0, 1, 2]), None, np.ones(3))
+    with pytest.raises(TypeError):         # float indices
+        compiled.gather_rows(np.array([0.0, 1.0]), np.array([0]), None, np.array([0]))
+    with pytest.raises(ValueError):        # 2-d rows
+        compiled.gather_rows(np.array([0, 1]), np.array([0]), None, np.zeros((1, 1), I64))
+    with pytest.raises(ValueError):
+        compiled.coo_to_csr(-1, 2, np.zeros(0, I64), np.zeros(0, I64), None)
+
+
+def test_compiled_converts_index_dtypes(compiled):
+    result = compiled.gather_rows(np.array([0, 1, 2], np.int32), np.array([1, 0], np.uint16),
+                                  np.array([1.0, 2.0]), [1, 0])
+    for array in result[:2]:
+        assert array.dtype == I64
+    np.testing.assert_array_equal(result[1], [0, 1])
+
+
+def _random_terms(rng, n_rows, n_cols, n_terms, dtypes):
+    terms = []
+    for _ in range(n_terms):
+        dtype = dtypes[rng.integers(len(dtypes))]
+        indptr, indices, data = random_csr(rng, n_rows, n_cols, rng.random(),
+                                           dtype=dtype or np.float64)
+        if dtype is None:
+            data = None
+        scale_dtype = dtypes[rng.integers(len(dtypes))]
+        scale = None
+        if scale_dtype is not None:
+            scale = rng.standard_normal(n_rows).astype(scale_dtype)
+        terms.append((indptr, indices, data, scale))
+    return terms
+
+
+@pytest.mark.parametrize("dtypes", [[None, np.float64], [None, np.float32, np.float64],
+                                    [None] + COMPILED_DTYPES, [np.float32]])
+def test_compiled_matches_reference_on_random_inputs(compiled, rng, dtypes):
+    for _ in range(40):
+        n_rows, n_cols = rng.integers(0, 12, 2)
+        terms = _random_terms(rng, n_rows, n_cols, rng.integers(0, 5), dtypes)
+        for pattern_only in (False, True):
+            assert_same_result(
+                call(compiled.merge_scaled, n_rows, n_cols, terms, pattern_only),
+                _reference.merge_scaled(n_rows, n_cols, terms, pattern_only))
+        if not terms:
+            continue
+        indptr, indices, data, scale = terms[0]
+        rows = rng.integers(-1, n_rows, rng.integers(0, 15)) if n_rows else np.zeros(0, I64)
+        assert_same_result(call(compiled.gather_rows, indptr, indices, data, rows),
+                           _reference.gather_rows(indptr, indices, data, rows))
+        if scale is not None:
+            assert_same_result(call(compiled.scale_rows, indptr, data, scale),
+                               _reference.scale_rows(indptr, data, scale))
+        n_out = rng.integers(0, 12)
+        a = _random_terms(rng, n_out, n_rows, 1, dtypes)[0][:3]
+        for pattern_only in (False, True):
+            assert_same_result(
+                call(compiled.matmul, *a, indptr, indices, data, n_cols, pattern_only),
+                _reference.matmul(*a, indptr, indices, data, n_cols, pattern_only))
+        if n_rows and n_cols:
+            n = rng.integers(0, 40)
+            values = None if data is None else rng.standard_normal(n).astype(data.dtype)
+            coo = (n_rows, n_cols, rng.integers(0, n_rows, n), rng.integers(0, n_cols, n),
+                   values)
+            assert_same_result(call(compiled.coo_to_csr, *coo), _reference.coo_to_csr(*coo))
+
+
+try:
+    from hypothesis import given, strategies as st
+except ImportError:  # hypothesis is a test extra; the tests above still run
+    st = None
+
+if st is not None:
+    VALUE_DTYPES = [None, np.float32, np.float64, np.complex64, np.complex128]
+
+    @st.composite
+    def csr_matrices(draw, n_rows, n_cols, dtype):
+        """Canonical CSR, values from a few fixed numbers (ties, zeros, cancellations)."""
+        rows = [sorted(draw(st.sets(st.integers(0, n_cols - 1), max_size=n_cols)))
+                if n_cols else [] for _ in range(n_rows)]
+        indptr = np.zeros(n_rows + 1, I64)
+        np.cumsum([len(r) for r in rows], out=indptr[1:])
+        indices = np.array([c for r in rows for c in r], dtype=I64)
+        if dtype is None:
+            return indptr, indices, None
+        values = draw(st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.5, 0.1, 3e7, 1e-3]),
+                               min_size=len(indices), max_size=len(indices)))
+        data = np.array(values, dtype=dtype)
+        if np.dtype(dtype).kind == "c":
+            data = data + 1j * data[::-1]
+        return indptr, indices, data
+
+    @given(st.data())
+    def test_hypothesis_compiled_matches_reference(compiled, data):
+        draw = data.draw
+        n_rows, n_cols, n_inner = (draw(st.integers(0, 6)) for _ in range(3))
+        terms = []
+        for _ in range(draw(st.integers(0, 4))):
+            dtype = draw(st.sampled_from(VALUE_DTYPES))
+            indptr, indices, values = draw(csr_matrices(n_rows, n_cols, dtype))
+            scale_dtype = draw(st.sampled_from(VALUE_DTYPES))
+            scale = None if scale_dtype is None else np.array(
+                draw(st.lists(st.sampled_from([1.0, -0.5, 0.0, 1e-8, 3.3]),
+                              min_size=n_rows, max_size=n_rows)), dtype=scale_dtype)
+            terms.append((indptr, indices, values, scale))
+        pattern_only = draw(st.booleans())
+        assert_same_result(compiled.merge_scaled(n_rows, n_cols, terms, pattern_only),
+                           _reference.merge_scaled(n_rows, n_cols, terms, pattern_only))
+
+        dtype = draw(st.sampled_from(VALUE_DTYPES))
+        a = draw(csr_matrices(n_inner, n_rows, dtype))
+        b = draw(csr_matrices(n_rows, n_cols, draw(st.sampled_from(VALUE_DTYPES))))
+        assert_same_result(compiled.matmul(*a, *b, n_cols, pattern_only),
+                           _reference.matmul(*a, *b, n_cols, pattern_only))
+
+        rows = np.array(draw(st.lists(st.integers(-1, n_rows - 1), max_size=8)), dtype=I64)
+        assert_same_result(compiled.gather_rows(*b, rows), _reference.gather_rows(*b, rows))
+
+        if a[2] is not None:
+            scale = np.arange(n_inner, dtype=draw(st.sampled_from(VALUE_DTYPES[1:]))) - 1.5
+            assert_same_result(compiled.scale_rows(a[0], a[2], scale),
+                               _reference.scale_rows(a[0], a[2], scale))
+
+        n = draw(st.integers(0, 20)) if n_rows and n_cols else 0
+        coo_rows = np.array(draw(st.lists(st.integers(0, max(n_rows - 1, 0)), min_size=n,
+                                          max_size=n)), dtype=I64)
+        coo_cols = np.array(draw(st.lists(st.integers(0, max(n_cols - 1, 0)), min_size=n,
+                                          max_size=n)), dtype=I64)
+        coo_values = np.array(draw(st.lists(st.sampled_from([1.0, -1.0, 1e16, 0.5]), min_size=n,
+                                            max_size=n)), dtype=draw(st.sampled_from(REAL)))
+        for values in (coo_values, None):
+            assert_same_result(compiled.coo_to_csr(n_rows, n_cols, coo_rows, coo_cols, values),
+                               _reference.coo_to_csr(n_rows, n_cols, coo_rows, coo_cols, values))
