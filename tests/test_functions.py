@@ -597,10 +597,10 @@ def test_constant_matrix_on_intermediate(cls):
     x0 = _x((5,), "chain")
 
     def f(x):
-        return np.sin(A @ np.exp(x)) + sparsegrad.dot(A, x[::-1])
+        return np.sin(A @ np.exp(x)) + A @ (x[::-1] * x)
 
     def f_ref(x):
-        return np.sin(dense @ np.exp(x)) + dense @ x[::-1]
+        return np.sin(dense @ np.exp(x)) + dense @ (x[::-1] * x)
 
     y = f(forward.seed(x0))
     assert_value(y, f_ref(x0), exact=False)
@@ -757,3 +757,33 @@ def test_shape_mismatch_raises(name):
         SHAPE_ERRORS[name](x0)
     with pytest.raises(ValueError):
         SHAPE_ERRORS[name](forward.seed(x0))
+
+
+# ---------------------------------------------------------------------------
+# python sequences holding forward values: a correct result or a TypeError,
+# never a value of dtype object or a Jacobian that lost the nested elements
+# ---------------------------------------------------------------------------
+
+NESTED = {
+    "concatenate": lambda x: np.concatenate([x, [x[0] * 2.0]]),
+    "concatenate-first": lambda x: np.concatenate([[x[-1], 1.0], x]),
+    "hstack": lambda x: np.hstack([x, [x[0], 1.0]]),
+    "add-list": lambda x: x + [x[0], x[1], 1.0],
+    "multiply-list": lambda x: [x[2], 2.0, x[0]] * x,
+    "stack-list": lambda x: np.stack([x, [x[1], x[0], 3.0]]),
+}
+
+
+@pytest.mark.parametrize("name", list(NESTED))
+def test_sequences_holding_forward_values(name):
+    f = NESTED[name]
+    x0 = _x((3,), "nested", name)
+    try:
+        y = f(forward.seed(x0))
+    except TypeError:
+        return
+    expected = f(x0)
+    assert isinstance(y, forward.value)
+    assert y.value.dtype == np.float64, "value of dtype %s" % y.value.dtype
+    assert_value(y, expected)
+    assert_jac(y, numerical_jacobian(f, x0, method="complex"), x0, **TOL["complex"])
