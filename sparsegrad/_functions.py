@@ -34,7 +34,8 @@ from . import _jacobian as jac
 from ._errors import unsupported
 from ._fast import kernels
 from ._indexing import row_index
-from ._value import value, nvalue, make, broadcast_jacobian, check_inexact_seed
+from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
+                     check_inexact_seed)
 
 INDEX_DTYPE = np.int64
 
@@ -47,7 +48,8 @@ def implements(*functions):
     """Register the decorated function as the forward version of ``functions``."""
     def register(implementation):
         for function in functions:
-            FUNCTIONS[function] = implementation
+            if function is not None:  # absent from older numpy releases
+                FUNCTIONS[function] = implementation
         return implementation
     return register
 
@@ -116,6 +118,7 @@ def _move(apply, operands):
     ``0`` for constants (``rows=True``); zeros in the second result (padding,
     constants) become zero Jacobian rows.
     """
+    operands = [coerce(o) for o in operands]
     values = [nvalue(o) for o in operands]
     result = apply(values, False)
     forwards = _forwards(operands)
@@ -305,6 +308,7 @@ def _einsum_jacobian(in_specs, out_spec, values, k, J):
 
 def _linear(in_specs, out_spec, operands, result):
     """Forward value of an einsum-shaped multilinear function with value ``result``."""
+    operands = [coerce(o) for o in operands]
     values = [nvalue(o) for o in operands]
     forwards = [i for i, o in enumerate(operands) if isinstance(o, value)]
     terms = []
@@ -506,19 +510,19 @@ def _vecdot(x1, x2, axis=-1, **kwargs):
     return _finish(np.sum(product, axis=axis), np.vecdot(nvalue(x1), nvalue(x2), axis=axis))
 
 
-@implements(np.matvec)
+@implements(getattr(np, "matvec", None))
 def _matvec(x1, x2, **kwargs):
     _refuse("matvec", out=kwargs.pop("out", None))
-    result = np.matvec(nvalue(x1), nvalue(x2))
+    result = getattr(np, "matvec")(nvalue(x1), nvalue(x2))
     specs, output = _parse_einsum("...ij,...j->...i", [np.ndim(nvalue(x1)), np.ndim(nvalue(x2))])
     return _linear(specs, output, [x1, x2], result)
 
 
-@implements(np.vecmat)
+@implements(getattr(np, "vecmat", None))
 def _vecmat(x1, x2, **kwargs):
     _refuse("vecmat", out=kwargs.pop("out", None))
     a = _conj_first(x1)
-    result = np.vecmat(nvalue(x1), nvalue(x2))
+    result = getattr(np, "vecmat")(nvalue(x1), nvalue(x2))
     specs, output = _parse_einsum("...j,...ji->...i", [np.ndim(nvalue(a)), np.ndim(nvalue(x2))])
     return _linear(specs, output, [a, x2], result)
 
@@ -582,10 +586,10 @@ def _line_view(x, axis):
     return x, np.lib.array_utils.normalize_axis_index(axis, np.ndim(nvalue(x)))
 
 
-@implements(np.cumsum, np.cumulative_sum)
+@implements(np.cumsum, getattr(np, "cumulative_sum", None))
 def _cumsum(a, axis=None, dtype=None, out=None, **kwargs):
     _refuse("cumsum", out=out)
-    function = np.cumsum if "include_initial" not in kwargs else np.cumulative_sum
+    function = np.cumsum if "include_initial" not in kwargs else getattr(np, "cumulative_sum")
     result = function(a._value, axis=axis, dtype=dtype, **kwargs)
     if kwargs.get("include_initial"):
         raise unsupported("numpy.cumulative_sum", "include_initial=True")
@@ -613,6 +617,8 @@ def _exclusive_products(x, axes):
     """``prod_{k != j} x_k`` over the reduced ``axes`` for every ``j``, without division."""
     moved = np.moveaxis(x, axes, range(-len(axes), 0))
     lines = moved.reshape(moved.shape[:moved.ndim - len(axes)] + (-1,))
+    if lines.shape[-1] == 0:
+        return np.ones_like(x)
     ones = np.ones(lines.shape[:-1] + (1,), dtype=x.dtype)
     left = np.cumprod(np.concatenate([ones, lines[..., :-1]], axis=-1), axis=-1)
     right = np.cumprod(np.concatenate([ones, lines[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
@@ -620,7 +626,7 @@ def _exclusive_products(x, axes):
     return np.moveaxis(products, range(-len(axes), 0), axes)
 
 
-@implements(np.cumprod, np.cumulative_prod)
+@implements(np.cumprod, getattr(np, "cumulative_prod", None))
 def _cumprod(a, axis=None, dtype=None, out=None, **kwargs):
     _refuse("cumprod", out=out)
     if kwargs.get("include_initial"):
@@ -706,7 +712,8 @@ def select(condition, a, b):
     its value or Jacobian never reaches the result.
     """
     condition = nvalue(condition)
-    result = np.where(condition, nvalue(a), nvalue(b))
+    a, b = coerce(a), coerce(b)
+    result = np.where(condition, plain(a), plain(b))
     forwards = _forwards([a, b])
     if not forwards:
         return result

@@ -70,8 +70,8 @@ class Assembly:
         rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
         owner = self.owner[rows]
         position = self.position[rows]
-        used = np.unique(owner)
-        used = used[used >= 0]
+        # pieces owning at least one row, in O(rows) (owner -1 means a zero row)
+        used = np.flatnonzero(np.bincount(owner + 1, minlength=len(self.pieces) + 1)[1:])
         if len(used) == 0:
             return jac.zero(self.seed, len(rows))
         if len(used) == 1:

@@ -35,9 +35,12 @@ import numpy as np
 __all__ = ["DERIVATIVES", "SELECTIONS", "PIECEWISE_CONSTANT", "PREDICATES",
            "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "classify", "rule_name"]
 
-_LN2 = np.log(2.0)
-_LN10 = np.log(10.0)
 _SQRT_PI = np.sqrt(np.pi)
+
+
+def _log(base, like):
+    """``log(base)`` in the precision of ``like`` (longdouble needs more than float64)."""
+    return np.log(np.asarray(base, dtype=like.dtype))
 
 
 def _power_exponent_partial(x, y, out):
@@ -71,11 +74,11 @@ DERIVATIVES = {
     np.cbrt: (lambda x, out: 1 / (3 * out * out),),
     # ---- exponentials and logarithms ---------------------------------------
     np.exp: (lambda x, out: out,),
-    np.exp2: (lambda x, out: out * _LN2,),
+    np.exp2: (lambda x, out: out * _log(2, out),),
     np.expm1: (lambda x, out: out + 1,),
     np.log: (lambda x, out: 1 / x,),
-    np.log2: (lambda x, out: 1 / (x * _LN2),),
-    np.log10: (lambda x, out: 1 / (x * _LN10),),
+    np.log2: (lambda x, out: 1 / (x * _log(2, out)),),
+    np.log10: (lambda x, out: 1 / (x * _log(10, out)),),
     np.log1p: (lambda x, out: 1 / (1 + x),),
     np.logaddexp: (lambda x, y, out: np.exp(x - out), lambda x, y, out: np.exp(y - out)),
     np.logaddexp2: (lambda x, y, out: np.exp2(x - out),
@@ -131,8 +134,9 @@ PREDICATES = frozenset([
     np.isfinite, np.isinf, np.isnan, np.isnat, np.signbit,
 ])
 
-LINEAR_ALGEBRA = frozenset([np.matmul, np.vecdot, np.matvec, np.vecmat,
-                            np._core.umath.clip])
+LINEAR_ALGEBRA = frozenset(f for f in (np.matmul, np.vecdot, getattr(np, "matvec", None),
+                                       getattr(np, "vecmat", None), np._core.umath.clip)
+                           if f is not None)
 
 _INTEGER_ONLY = "defined for integers only, which carry no derivative"
 _STRINGS = "a string operation"
@@ -156,6 +160,14 @@ for _name in ("_center _expandtabs _expandtabs_length _ljust _lstrip_chars "
 
 
 # ---- scipy.special ufuncs, dispatched through the same tables ---------------
+def _trigamma(x, out):
+    import scipy.special as sc
+    if np.iscomplexobj(x):  # scipy's polygamma has no complex loop
+        from ._errors import unsupported
+        raise unsupported("scipy.special.digamma", "no derivative for complex arguments")
+    return sc.polygamma(1, x)
+
+
 def _add_scipy_special():
     try:
         import scipy.special as sc
@@ -179,14 +191,14 @@ def _add_scipy_special():
         sc.xlog1py: (lambda x, y, out: np.log1p(y), lambda x, y, out: x / (1 + y)),
         sc.gammaln: (lambda x, out: sc.digamma(x),),
         sc.gamma: (lambda x, out: out * sc.digamma(x),),
-        sc.digamma: (lambda x, out: sc.polygamma(1, x),),
+        sc.digamma: (_trigamma,),
         sc.entr: (lambda x, out: -np.log(x) - 1,),
         sc.i0: (lambda x, out: sc.i1(x),),
         sc.j0: (lambda x, out: -sc.j1(x),),
         sc.expm1: (lambda x, out: out + 1,),
         sc.log1p: (lambda x, out: 1 / (1 + x),),
-        sc.exp2: (lambda x, out: out * _LN2,),
-        sc.exp10: (lambda x, out: out * _LN10,),
+        sc.exp2: (lambda x, out: out * _log(2, out),),
+        sc.exp10: (lambda x, out: out * _log(10, out),),
         sc.cbrt: (lambda x, out: 1 / (3 * out * out),),
     })
 
@@ -196,8 +208,12 @@ _add_scipy_special()
 
 def rule_name(ufunc):
     """``numpy.exp`` / ``scipy.special.erf``: how errors name a ufunc."""
-    module = "scipy.special" if not hasattr(np, ufunc.__name__) else "numpy"
-    return "%s.%s" % (module, ufunc.__name__)
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
+        return "numpy." + name
+    if getattr(np._core.umath, name, None) is ufunc:
+        return "numpy._core.umath." + name
+    return "scipy.special." + name
 
 
 def classify(ufunc):

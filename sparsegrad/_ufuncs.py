@@ -13,7 +13,8 @@ import scipy.sparse
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported
-from ._value import (value, nvalue, make, broadcast_jacobian, check_inexact_seed)
+from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
+                     check_inexact_seed)
 
 __all__ = ["apply"]
 
@@ -64,7 +65,8 @@ def _call(ufunc, inputs, kwargs):
     if ufunc is np.multiply and any(scipy.sparse.issparse(i) for i in inputs):
         return _sparse_times(inputs)
     category = rules.classify(ufunc)
-    values = [nvalue(i) for i in inputs]
+    inputs = [coerce(i) for i in inputs]
+    values = [plain(i) for i in inputs]
     if category == "predicate":
         return ufunc(*values, **kwargs)
     if category == "linear_algebra":
@@ -73,8 +75,11 @@ def _call(ufunc, inputs, kwargs):
     if category in ("unsupported", "unclassified"):
         raise unsupported(name, rules.UNSUPPORTED.get(ufunc, "no derivative rule"))
     forwards = [(i, x) for i, x in enumerate(inputs) if isinstance(x, value)]
-    seed = jac.common_seed([x._jacobian for _, x in forwards])
     out = np.asarray(ufunc(*values, **kwargs))
+    if not forwards:  # only an out= target is a forward value
+        return out
+    seed = jac.common_seed([x._jacobian for _, x in forwards])
+    values = _at_precision(values, out.dtype)
     n = out.size
     if category == "piecewise_constant":
         return make(out, jac.zero(seed, n))
@@ -101,6 +106,27 @@ def _call(ufunc, inputs, kwargs):
                 partial = partial[()] if isinstance(partial, np.ndarray) else partial
             terms.append(jac.scale(broadcast_jacobian(x, out.shape), partial))
     return make(out, jac.add(terms))
+
+
+def _at_precision(values, dtype):
+    """Inputs as arrays for the derivative rules, in the precision of the result.
+
+    Python numbers and lower-precision inexact arrays are cast to ``dtype`` so
+    that partial derivatives are as accurate as the value (a Python float next
+    to a longdouble array, float32 inputs of float_power).
+    """
+    inexact = np.issubdtype(dtype, np.inexact)
+    cast = []
+    for v in values:
+        if isinstance(v, (float, complex)) and inexact:
+            v = np.asarray(v, dtype=np.result_type(dtype, type(v)))
+        elif isinstance(v, np.ndarray) and inexact and v.dtype.kind in "fc" \
+                and v.dtype != dtype and np.can_cast(v.dtype, dtype, "safe"):
+            v = v.astype(dtype)
+        else:
+            v = np.asarray(v)
+        cast.append(v)
+    return cast
 
 
 def real_part(J):

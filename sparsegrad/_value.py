@@ -30,9 +30,10 @@ __all__ = ["value", "nvalue", "is_forward", "make", "jacobian_of", "broadcast_ja
 _TO_PLAIN = ("converting a forward value to a plain number or array would drop its "
              "derivative; use .value (or sparsegrad.forward.nvalue) to take the value "
              "explicitly")
-_STORE_HINT = ("cannot store a forward value into a plain numpy array, which would drop "
-               "its derivative; create the target with np.zeros(shape, like=x) where x "
-               "is a forward value, e.g. F = np.zeros(n, like=x); F[0] = x[0]")
+_STORE_HINT = ("cannot convert a forward value to a plain number or store it into a plain "
+               "numpy array, which would drop its derivative; create the target with "
+               "np.zeros(shape, like=x) where x is a forward value, e.g. "
+               "F = np.zeros(n, like=x); F[0] = x[0] (or take the value explicitly with .value)")
 
 
 class value(NDArrayOperatorsMixin):
@@ -209,6 +210,7 @@ class value(NDArrayOperatorsMixin):
         if not self._owns:  # copy on first write: never write into a shared array
             self._value = self._value.copy()
             self._owns = True
+        new = coerce(new)
         self._value[key] = nvalue(new)
         target_rows = row_index(self.shape)[key]
         assembly = self._jac
@@ -305,6 +307,33 @@ def _slice_key(shape, key):
         else:
             return None
     return None if None in normal else tuple(normal)
+
+
+def _holds_forward(obj):
+    if isinstance(obj, value):
+        return True
+    return isinstance(obj, (list, tuple)) and any(_holds_forward(o) for o in obj)
+
+
+def coerce(obj):
+    """A list or tuple holding forward values, stacked into one forward value.
+
+    numpy would turn it into an object array and drop the derivatives; anything
+    else is returned unchanged.
+    """
+    if isinstance(obj, value) or not _holds_forward(obj):
+        return obj
+    return np.stack([coerce(o) if isinstance(o, (list, tuple, value)) else np.asarray(o)
+                     for o in obj])
+
+
+def plain(x):
+    """The operand numpy should see: a forward value's array; anything else unchanged.
+
+    Python scalars stay Python scalars so that numpy's weak-scalar promotion
+    keeps float32 float32.
+    """
+    return x._value if isinstance(x, value) else x
 
 
 def is_forward(x):
