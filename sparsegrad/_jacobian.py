@@ -71,7 +71,7 @@ class CSR:
     Never modified after construction, so it can be shared by many Jacobians.
     """
 
-    __slots__ = ("shape", "indptr", "indices", "data", "_finite")
+    __slots__ = ("shape", "indptr", "indices", "data", "_finite", "gathers")
 
     def __init__(self, shape, indptr, indices, data):
         self.shape = (int(shape[0]), int(shape[1]))
@@ -79,6 +79,7 @@ class CSR:
         self.indices = _readonly(indices)
         self.data = None if data is None else _readonly(data)
         self._finite = None
+        self.gathers = {}  # row gathers of this matrix, shared (see take_rows)
 
     @property
     def nnz(self):
@@ -101,10 +102,17 @@ class CSR:
                    csr.indices.astype(INDEX_DTYPE), csr.data)
 
     def to_scipy(self, dtype):
+        """A new ``scipy.sparse.csr_matrix`` owning copies of the arrays.
+
+        Indices are handed over as int32 when they fit, as scipy would convert
+        them anyway; with ``copy=False`` scipy then keeps our fresh copies.
+        """
         import scipy.sparse
         data = np.ones(self.nnz, dtype) if self.data is None else self.data.astype(dtype)
+        index = np.int32 if max(self.shape[1], self.nnz) < 2 ** 31 - 1 else INDEX_DTYPE
         return scipy.sparse.csr_matrix(
-            (data, self.indices.copy(), self.indptr.copy()), shape=self.shape)
+            (data, self.indices.astype(index), self.indptr.astype(index)),
+            shape=self.shape, copy=False)
 
 
 @lru_cache(maxsize=16)
@@ -112,25 +120,29 @@ def _arange(n):
     return _readonly(np.arange(n, dtype=INDEX_DTYPE))
 
 
-def _identity_csr(n, n_cols):
-    return _arange(n + 1), _arange(n)
-
-
 class Jacobian:
-    """``scale * diag(diag) @ matrix`` with ``n_rows`` rows and ``seed.size`` columns.
+    """A sum of row-scaled matrices, ``sum_k diag(factor_k) @ M_k``.
 
-    ``diag=None`` means ones, ``matrix=None`` means the identity.  In sparsity
-    mode (``seed.pattern_only``) ``scale`` and ``diag`` are ignored.
+    Each term is ``(factor, matrix)``: ``factor`` is a scalar or a vector with
+    one entry per row, ``matrix`` a shared :class:`CSR` or ``None`` for the
+    identity.  No two terms share a matrix object.  A single term is the
+    factored form ``s * diag(d) * M`` (``scale``, ``diag`` and ``matrix`` read
+    it); sums of terms with different matrices stay unmerged until the number
+    of terms grows large or a merged matrix is needed, so that elementwise
+    operations on a sum only touch row factors and the final merge happens
+    once.  In sparsity mode (``seed.pattern_only``) the factors are ignored.
+    An empty sum is structurally zero.
     """
 
-    __slots__ = ("seed", "n_rows", "scale", "diag", "matrix")
+    __slots__ = ("seed", "n_rows", "terms")
 
-    def __init__(self, seed, n_rows, scale=1, diag=None, matrix=None):
+    def __init__(self, seed, n_rows, scale=1, diag=None, matrix=None, terms=None):
         self.seed = seed
         self.n_rows = int(n_rows)
-        self.scale = scale
-        self.diag = diag
-        self.matrix = matrix
+        if terms is None:
+            factor = scale if diag is None else (diag if _is_one(scale) else diag * scale)
+            terms = ((factor, matrix),)
+        self.terms = tuple(terms)
 
     @property
     def shape(self):
@@ -139,13 +151,39 @@ class Jacobian:
     @property
     def is_zero(self):
         """Structurally zero: no stored entry at all."""
-        return self.matrix is not None and self.matrix.nnz == 0
+        return all(M is not None and M.nnz == 0 for _, M in self.terms)
+
+    def _single(self):
+        """The one term of this Jacobian, merging the terms first if there are several."""
+        if len(self.terms) != 1:
+            self.terms = ((1, _merge_terms(self)),)
+        return self.terms[0]
+
+    @property
+    def matrix(self):
+        return self._single()[1]
+
+    @property
+    def diag(self):
+        factor = self._single()[0]
+        return None if np.ndim(factor) == 0 else factor
+
+    @property
+    def scale(self):
+        factor = self._single()[0]
+        return factor if np.ndim(factor) == 0 else 1
 
     def row_factor(self):
-        """``scale * diag`` as a vector, or the scalar ``scale`` when there is no diag."""
-        if self.diag is None:
-            return self.scale
-        return self.diag * self.scale if self.scale != 1 else self.diag
+        """The row factor of the single term: a scalar or a vector."""
+        return self._single()[0]
+
+
+def _is_one(factor):
+    return np.ndim(factor) == 0 and factor == 1
+
+
+#: terms a sum may hold before they are merged into one matrix
+MAX_TERMS = 16
 
 
 def common_seed(jacobians):
@@ -165,73 +203,125 @@ def identity(seed):
 
 def zero(seed, n_rows):
     """A structurally zero Jacobian (no stored entries)."""
-    empty = np.zeros(0, dtype=INDEX_DTYPE)
-    matrix = CSR((n_rows, seed.size), np.zeros(n_rows + 1, dtype=INDEX_DTYPE), empty,
-                 None)
-    return Jacobian(seed, n_rows, matrix=matrix)
+    return Jacobian(seed, n_rows, terms=())
+
+
+def _empty_csr(n_rows, n_cols):
+    return CSR((n_rows, n_cols), np.zeros(n_rows + 1, dtype=INDEX_DTYPE),
+               np.zeros(0, dtype=INDEX_DTYPE), None)
 
 
 def scale(J, factor):
     """``diag(factor) @ J``; ``factor`` is a scalar or a vector with one entry per row."""
     if J.seed.pattern_only or J.is_zero:
         return J
-    if np.ndim(factor) == 0:
-        return Jacobian(J.seed, J.n_rows, J.scale * factor, J.diag, J.matrix)
-    factor = np.asarray(factor).reshape(-1)
-    diag = factor if J.diag is None else J.diag * factor
-    return Jacobian(J.seed, J.n_rows, J.scale, diag, J.matrix)
+    if np.ndim(factor) > 0:
+        factor = np.asarray(factor).reshape(-1)
+    elif _is_one(factor):
+        return J
+    terms = tuple((_times(f, factor), M) for f, M in J.terms)
+    return Jacobian(J.seed, J.n_rows, terms=terms)
 
 
-def _csr_arrays(J):
-    """``(indptr, indices, data)`` of ``J.matrix`` (identity materialised)."""
-    if J.matrix is None:
-        indptr, indices = _identity_csr(J.n_rows, J.seed.size)
-        return indptr, indices, None
-    return J.matrix.indptr, J.matrix.indices, J.matrix.data
+def _times(a, b):
+    if _is_one(a):
+        return b
+    if _is_one(b):
+        return a
+    return a * b
+
+
+def _csr_arrays(n_rows, matrix):
+    """``(indptr, indices, data)`` of a term's matrix (identity materialised)."""
+    if matrix is None:
+        return _arange(n_rows + 1), _arange(n_rows), None
+    return matrix.indptr, matrix.indices, matrix.data
 
 
 def add(terms):
     """Sum of Jacobians with the same seed and number of rows.
 
-    Terms sharing one ``matrix`` object only combine their row scalings; the
-    kernels merge the remaining distinct matrices in one pass.
+    Terms sharing one ``matrix`` object combine their row factors; distinct
+    matrices are kept side by side, and merged by the kernels in one pass when
+    there are more than :data:`MAX_TERMS` of them.
     """
     seed = common_seed(terms)
     n_rows = terms[0].n_rows
     live = [J for J in terms if not J.is_zero]
-    if not live:
-        return terms[0]
-    if len(live) == 1:
-        return live[0]
-    groups = {}
+    if len(live) <= 1:
+        return live[0] if live else terms[0]
+    combined = {}
     for J in live:
-        groups.setdefault(id(J.matrix), []).append(J)
-    combined = []
-    for group in groups.values():
-        if seed.pattern_only:
-            combined.append(group[0])
-            continue
-        factor = 0
-        for J in group:
-            factor = factor + J.row_factor()
-        combined.append(scale(Jacobian(seed, n_rows, matrix=group[0].matrix), factor))
-    if len(combined) == 1:
-        return combined[0]
+        for factor, M in J.terms:
+            key = id(M)
+            if key in combined:
+                if not seed.pattern_only:
+                    combined[key] = (combined[key][0] + factor, M)
+            else:
+                combined[key] = (factor, M)
+    result = Jacobian(seed, n_rows, terms=combined.values())
+    if len(result.terms) > MAX_TERMS:
+        result._single()
+    return result
+
+
+def _merge_terms(J):
+    """One CSR holding the sum of the terms of ``J`` (structural zeros kept)."""
+    seed, n_rows = J.seed, J.n_rows
+    if not J.terms:
+        return _empty_csr(n_rows, seed.size)
     parts = []
-    for J in combined:
-        indptr, indices, data = _csr_arrays(J)
+    for factor, M in J.terms:
+        indptr, indices, data = _csr_arrays(n_rows, M)
         row_scale = None
-        if not seed.pattern_only:
-            factor = J.row_factor()
-            row_scale = (None if np.ndim(factor) == 0 and factor == 1
-                         else np.broadcast_to(factor, (n_rows,)))
+        if not seed.pattern_only and not _is_one(factor):
+            row_scale = np.broadcast_to(factor, (n_rows,))
         parts.append((indptr, indices, data, row_scale))
     indptr, indices, data = kernels.merge_scaled(n_rows, seed.size, parts,
                                                  pattern_only=seed.pattern_only)
-    return Jacobian(seed, n_rows, matrix=CSR((n_rows, seed.size), indptr, indices, data))
+    return CSR((n_rows, seed.size), indptr, indices, data)
 
 
 _MAX_SELECTIONS = 256
+_MAX_GATHERS = 8
+
+
+def _selection(n_cols, rows):
+    """The matrix whose row ``r`` is row ``rows[r]`` of the identity (``-1``: empty)."""
+    valid = rows >= 0
+    indptr = np.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
+    np.cumsum(valid, out=indptr[1:])
+    return CSR((len(rows), n_cols), indptr, rows[valid], None)
+
+
+def _gather(seed, M, rows, key):
+    """Rows ``rows`` of ``M`` (``None``: identity), shared between identical gathers.
+
+    Gathers from the identity are cached on the seed, gathers from a matrix on
+    the matrix, under ``key`` (a hashable form of the rows, or None: no cache).
+    Keys that only identify an index array (``("array", id(array))``) are
+    checked against the stored rows before use, so a reused or modified array
+    can never return a stale matrix.  Sharing the result lets later sums
+    combine row factors instead of merging.
+    """
+    cache = None
+    if key is not None:
+        cache = seed.selections if M is None else M.gathers
+        hit = cache.get(key)
+        if hit is not None:
+            stored_rows, matrix = hit
+            if stored_rows is None or np.array_equal(stored_rows, rows):
+                return matrix
+    if M is None:
+        result = _selection(seed.size, rows)
+    else:
+        indptr, indices, data = kernels.gather_rows(M.indptr, M.indices, M.data, rows)
+        result = CSR((len(rows), seed.size), indptr, indices, data)
+    if cache is not None:
+        if len(cache) >= (_MAX_SELECTIONS if M is None else _MAX_GATHERS):
+            cache.clear()
+        cache[key] = (rows.copy() if key[0] == "array" else None, result)
+    return result
 
 
 def take_rows(J, rows, key=None):
@@ -239,22 +329,9 @@ def take_rows(J, rows, key=None):
 
     Gathers, broadcasting and every pure data movement (transpose, flip, roll,
     concatenation, padding...) reduce to this.  ``key``, when given, is a
-    hashable description of ``rows`` used to share the selection matrix of
-    repeated identical gathers from the seed itself.
+    hashable description of ``rows`` under which identical gathers share their
+    matrix.
     """
-    if key is not None and J.matrix is None and not J.is_zero:
-        cache = J.seed.selections
-        matrix = cache.get(key)
-        if matrix is None:
-            if len(cache) >= _MAX_SELECTIONS:
-                cache.clear()
-            taken = take_rows(J, rows)
-            if taken.matrix is not None:
-                cache[key] = taken.matrix
-            return taken
-        rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
-        diag = None if J.diag is None else J.diag[rows]
-        return Jacobian(J.seed, len(rows), J.scale, diag, matrix)
     rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
     n = len(rows)
     if n == J.n_rows and (n == 0 or (rows[0] == 0 and rows[-1] == n - 1
@@ -262,19 +339,14 @@ def take_rows(J, rows, key=None):
         return J
     if J.is_zero:
         return zero(J.seed, n)
-    diag = None
-    if J.diag is not None:
-        diag = J.diag[np.maximum(rows, 0)] if n else J.diag[:0]
-    if J.matrix is None:
-        valid = rows >= 0
-        indptr = np.zeros(n + 1, dtype=INDEX_DTYPE)
-        np.cumsum(valid, out=indptr[1:])
-        matrix = CSR((n, J.seed.size), indptr, rows[valid], None)
-    else:
-        indptr, indices, data = kernels.gather_rows(J.matrix.indptr, J.matrix.indices,
-                                                    J.matrix.data, rows)
-        matrix = CSR((n, J.seed.size), indptr, indices, data)
-    return Jacobian(J.seed, n, J.scale, diag, matrix)
+    if len(J.terms) > 1 and any(M is not None and M.nnz > 2 * J.n_rows for _, M in J.terms):
+        J._single()  # dense-ish terms: one gather of the merged matrix is cheaper
+    terms = []
+    for factor, M in J.terms:
+        if np.ndim(factor) > 0:
+            factor = factor[rows] if n else factor[:0]
+        terms.append((factor, _gather(J.seed, M, rows, key)))
+    return Jacobian(J.seed, n, terms=terms)
 
 
 def left_multiply(A, J):
@@ -283,20 +355,19 @@ def left_multiply(A, J):
     seed = J.seed
     if J.is_zero:
         return zero(seed, n_out)
+    factor, M = J._single()
     a_data = A.data
     if not seed.pattern_only:
-        factor = J.row_factor()
         if np.ndim(factor) == 0:
             if factor != 1:
                 a_data = factor * (np.ones(A.nnz) if a_data is None else a_data)
         else:
             column_factor = factor[A.indices]
             a_data = column_factor if a_data is None else a_data * column_factor
-    if J.matrix is None:
+    if M is None:
         matrix = CSR((n_out, seed.size), A.indptr, A.indices,
                      None if seed.pattern_only else a_data)
         return Jacobian(seed, n_out, matrix=matrix)
-    M = J.matrix
     indptr, indices, data = kernels.matmul(A.indptr, A.indices, a_data, M.indptr,
                                            M.indices, M.data, seed.size,
                                            pattern_only=seed.pattern_only)
@@ -305,13 +376,14 @@ def left_multiply(A, J):
 
 def materialize(J):
     """``J`` as one :class:`CSR` (data ``None`` only in sparsity mode)."""
-    if (J.matrix is not None and J.diag is None and J.scale == 1
-            and (J.matrix.data is not None or J.seed.pattern_only)):
-        return J.matrix
-    indptr, indices, data = _csr_arrays(J)
+    if not J.terms:
+        return _empty_csr(J.n_rows, J.seed.size)
+    factor, M = J._single()
+    if M is not None and _is_one(factor) and (M.data is not None or J.seed.pattern_only):
+        return M
+    indptr, indices, data = _csr_arrays(J.n_rows, M)
     if J.seed.pattern_only:
         return CSR(J.shape, indptr, indices, None)
-    factor = J.row_factor()
     if np.ndim(factor) == 0:
         values = np.full(len(indices), factor) if data is None else data * factor
     else:
@@ -331,7 +403,8 @@ def vstack(jacobians):
     indices = np.concatenate([p.indices for p in parts])
     data = None
     if not seed.pattern_only:
-        data = np.concatenate([p.data for p in parts])
+        data = np.concatenate([p.data if p.data is not None else np.ones(p.nnz)
+                               for p in parts])
     n_rows = sum(J.n_rows for J in jacobians)
     return Jacobian(seed, n_rows,
                     matrix=CSR((n_rows, seed.size), indptr.astype(INDEX_DTYPE), indices,
@@ -342,11 +415,12 @@ def conj(J):
     """Complex conjugate of every entry (valid for real seeds only; the caller checks)."""
     if J.seed.pattern_only or J.is_zero:
         return J
-    M = J.matrix
-    if M is not None and M.data is not None and np.iscomplexobj(M.data):
-        M = CSR(M.shape, M.indptr, M.indices, np.conj(M.data))
-    diag = None if J.diag is None else np.conj(J.diag)
-    return Jacobian(J.seed, J.n_rows, np.conj(J.scale), diag, M)
+    terms = []
+    for factor, M in J.terms:
+        if M is not None and M.data is not None and np.iscomplexobj(M.data):
+            M = CSR(M.shape, M.indptr, M.indices, np.conj(M.data))
+        terms.append((np.conj(factor), M))
+    return Jacobian(J.seed, J.n_rows, terms=terms)
 
 
 def mask_rows(J, keep):
@@ -358,13 +432,17 @@ def mask_rows(J, keep):
     if J.seed.pattern_only or J.is_zero:
         return J
     keep = np.asarray(keep, dtype=bool).reshape(-1)
-    factor = np.broadcast_to(J.row_factor(), (J.n_rows,))
-    if J.matrix is None or J.matrix.finite:
-        return Jacobian(J.seed, J.n_rows, 1, np.where(keep, factor, 0), J.matrix)
-    M = materialize(J)
-    entry_keep = np.repeat(keep, np.diff(M.indptr))
-    return Jacobian(J.seed, J.n_rows, matrix=CSR(
-        M.shape, M.indptr, M.indices, np.where(entry_keep, M.data, 0)))
+    terms = []
+    for factor, M in J.terms:
+        factor = np.broadcast_to(factor, (J.n_rows,))
+        if M is None or M.finite:
+            terms.append((np.where(keep, factor, 0), M))
+            continue
+        single = materialize(Jacobian(J.seed, J.n_rows, matrix=M, diag=factor))
+        entry_keep = np.repeat(keep, np.diff(single.indptr))
+        terms.append((1, CSR(single.shape, single.indptr, single.indices,
+                             np.where(entry_keep, single.data, 0))))
+    return Jacobian(J.seed, J.n_rows, terms=terms)
 
 
 def structural_zeros(J):

@@ -294,7 +294,13 @@ def _plain_key(key):
 
 
 def _slice_key(shape, key):
-    """A hashable normal form of a key made of slices and ints only (else None)."""
+    """A hashable form of an indexing key, for sharing gathers (None: do not share).
+
+    Slices and ints give their normal form; an integer index array gives its
+    identity (the gather cache then compares contents before reuse).
+    """
+    if isinstance(key, np.ndarray) and key.dtype.kind in "iu" and len(shape) == 1:
+        return ("array", shape, id(key))
     parts = key if isinstance(key, tuple) else (key,)
     if len(parts) > len(shape):
         return None
