@@ -29,6 +29,9 @@ INDEX_DTYPE = np.int64
 
 __all__ = ["row_index", "Assembly"]
 
+#: up to this many pieces are gathered one by one; more are stacked and gathered once
+_FEW_PIECES = 8
+
 
 def row_index(shape):
     """``arange(size).reshape(shape)``: the Jacobian row of every element (a read-only view)."""
@@ -74,9 +77,11 @@ class Assembly:
         used = np.flatnonzero(np.bincount(owner + 1, minlength=len(self.pieces) + 1)[1:])
         if len(used) == 0:
             return jac.zero(self.seed, len(rows))
-        if len(used) == 1:
-            k = used[0]
-            return jac.take_rows(self.pieces[k], np.where(owner == k, position, -1))
+        if len(used) <= _FEW_PIECES:
+            # gather each piece's terms into place and add them: the terms are
+            # merged once, when the result is needed, without stacking copies
+            return jac.add([jac.take_rows(self.pieces[k], np.where(owner == k, position, -1))
+                            for k in used])
         stacked = jac.vstack([self.pieces[k] for k in used])
         offsets = np.zeros(used[-1] + 1, dtype=INDEX_DTYPE)
         offsets[used] = np.cumsum([0] + [self.pieces[k].n_rows for k in used[:-1]])

@@ -288,6 +288,8 @@ _MAX_GATHERS = 8
 
 def _selection(n_cols, rows):
     """The matrix whose row ``r`` is row ``rows[r]`` of the identity (``-1``: empty)."""
+    if len(rows) == 0 or rows.min() >= 0:  # every row selects one column
+        return CSR((len(rows), n_cols), _arange(len(rows) + 1), rows.copy(), None)
     valid = rows >= 0
     indptr = np.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
     np.cumsum(valid, out=indptr[1:])
