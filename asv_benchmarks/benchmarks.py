@@ -1,0 +1,94 @@
+"""asv benchmarks: every problem of ``problems`` at the sizes of issue 3.
+
+One class per problem, parametrised over the size; the methods are written once,
+in ``_Suite``, and time exactly what their names say:
+
+``time_residual``            the plain numpy residual ``F(x)``
+``time_value_and_jacobian``  ``F(forward.seed(x)).dvalue``
+``time_sparsity``            ``F(forward.seed_sparsity(x)).dvalue``
+``peakmem_value_and_jacobian``  peak resident memory of a Jacobian evaluation
+
+and one ``track_`` class per problem whose benchmarks measure ratios side by side
+in one process (``ratios.measure_times``: interleaved repeats, median):
+
+``track_jacobian_ratio``     value+Jacobian time / residual time
+``track_sparsity_ratio``     seed_sparsity time / seed time
+``track_memory_ratio``       peak traced extra memory / bytes of the Jacobian
+
+Run from the repository root (``asv.conf.json`` lives there)::
+
+    pip install -e .                       # asv imports the installed sparsegrad
+    asv run --python=same --quick          # one sample each, current environment
+    asv run --python=same -b ShallowWater  # one problem
+"""
+from sparsegrad import forward
+
+from . import problems
+from .ratios import measure_times, memory_ratio
+
+
+class _Suite:
+    """The timing methods, shared by the per-problem classes below."""
+
+    problem = None
+    param_names = ["size"]
+    timeout = 600
+    # the largest sizes take seconds per call: few samples are enough
+    repeat = (1, 5, 20.0)
+    number = 1
+
+    def setup(self, n):
+        self.residual, self.x0 = self.problem.setup(n)
+
+    def time_residual(self, n):
+        self.residual(self.x0)
+
+    def time_value_and_jacobian(self, n):
+        self.residual(forward.seed(self.x0)).dvalue
+
+    def time_sparsity(self, n):
+        self.residual(forward.seed_sparsity(self.x0)).dvalue
+
+    def peakmem_value_and_jacobian(self, n):
+        self.residual(forward.seed(self.x0)).dvalue
+
+
+class _Ratios:
+    """Ratios measured side by side in one process (``track_``: reported as numbers)."""
+
+    problem = None
+    param_names = ["size"]
+    timeout = 1200
+    unit = "ratio"
+    ratio_repeats = 5       # interleaved residual / Jacobian samples per measurement
+    ratio_min_time = 0.02   # seconds per sample, at least
+
+    def setup(self, n):
+        self.residual, self.x0 = self.problem.setup(n)
+
+    def track_jacobian_ratio(self, n):
+        return measure_times(self.residual, self.x0, repeats=self.ratio_repeats,
+                             min_time=self.ratio_min_time, sparsity=False)["ratio"]
+
+    def track_sparsity_ratio(self, n):
+        return measure_times(self.residual, self.x0, repeats=self.ratio_repeats,
+                             min_time=self.ratio_min_time)["sparsity_ratio"]
+
+    def track_memory_ratio(self, n):
+        return memory_ratio(self.residual, self.x0)[2]
+
+
+def _suites(base, suffix):
+    made = {}
+    for problem in problems.PROBLEMS.values():
+        name = "".join(part.capitalize() for part in problem.name.replace("-", " ").split())
+        made[name + suffix] = type(name + suffix, (base,), {
+            "problem": problem, "params": [list(problem.sizes)],
+            "__doc__": "%s (%s)" % (problem.name, problem.size_label),
+            "__module__": __name__})
+    return made
+
+
+# ShallowWater, PoissonBoltzmann, Bratu, DriftDiffusion and their *Ratios twins
+globals().update(_suites(_Suite, ""))
+globals().update(_suites(_Ratios, "Ratios"))

@@ -1,0 +1,401 @@
+"""Value+Jacobian / residual ratios and the other targets of issue 3, without asv.
+
+Run from the repository root::
+
+    python -m asv_benchmarks.ratios                       # every problem, every size
+    python -m asv_benchmarks.ratios --problems sw,pb --quick
+    python -m asv_benchmarks.ratios --json docs/performance.json
+    python -m asv_benchmarks.ratios --size sw=20,40 --quick   # other sizes
+
+For each problem and size it prints, all measured in this one process:
+
+* ``residual``: the plain numpy residual time (median of repeats);
+* ``jacobian``: ``F(forward.seed(x)).dvalue``, value and Jacobian (median);
+* ``ratio``: jacobian / residual, the median of the per-repeat ratios (residual
+  and Jacobian are timed alternately, so slow drifts of the machine cancel);
+* ``sparsity/seed``: ``F(forward.seed_sparsity(x)).dvalue`` time over the
+  jacobian time (median of per-repeat ratios);
+* ``nnz`` of the Jacobian;
+* ``mem/J``: the peak of numpy allocations during one Jacobian evaluation
+  (``tracemalloc``: peak minus the level before the call) divided by the bytes of
+  the final Jacobian (``data + indices + indptr``);
+
+then, for consecutive sizes of a problem, the linear-scaling check: the time
+ratio divided by the nonzero ratio, shown as the time growth per 4x the
+nonzeros (target: 4x within a factor 1.3, i.e. 3.08 to 5.2), and the figures of
+the peers from issue 3 beside ours.  Each target is marked PASS or FAIL.
+``--strict`` makes the exit status 1 when any target fails.
+
+Timing follows ``timeit``: the garbage collector is off inside a sample, each
+sample loops until it lasts at least ``--min-time`` seconds.
+"""
+import argparse
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+from . import problems as _problems
+
+__all__ = ["TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "SCALING_TOLERANCE",
+           "SCALING_TARGETS", "PEERS",
+           "PEER_NAMES", "measure", "measure_times", "memory_ratio", "scaling", "run", "main"]
+
+# ---------------------------------------------------------------- targets of issue 3
+
+#: value+Jacobian / residual targets, by (problem key, size)
+TARGETS = {
+    ("sw", 200): 8.0,
+    ("sw", 400): 8.0,
+    ("pb", 10 ** 6): 3.0,
+    ("bratu", 1000): 3.0,
+}
+#: seed_sparsity time / seed time, every problem and size
+SPARSITY_TARGET = 0.5
+#: peak extra memory during a Jacobian evaluation / bytes of the Jacobian
+MEMORY_TARGET = 3.0
+#: time growth over nonzero growth must lie within [1/1.3, 1.3]
+SCALING_TOLERANCE = 1.3
+#: the scaling steps that are targets: up to each size with a ratio target (4x the
+#: grid for shallow water 200 -> 400); the other steps are printed for information,
+#: as small sizes are dominated by fixed per-operation costs
+SCALING_TARGETS = {("sw", 100, 200), ("sw", 200, 400), ("pb", 10 ** 5, 10 ** 6),
+                   ("bratu", 300, 1000)}
+
+# ---------------------------------------------------------------- peers (issue 3 table)
+
+PEER_NAMES = ("sparsegrad 0.0.15", "CasADi SX", "JAX+sparsejac", "coloured FD")
+#: value+Jacobian / residual of other tools, measured by the issue's author on a
+#: 2-core machine (low, high); CasADi and JAX exclude their build / colouring /
+#: compile times (9-49 s and 8-10 s), which are noted in docs/performance.md
+PEERS = {
+    ("sw", 200): {"sparsegrad 0.0.15": (31, 35), "CasADi SX": (17, 22),
+                  "JAX+sparsejac": (59, 72), "coloured FD": (150, 185)},
+    ("sw", 400): {"sparsegrad 0.0.15": (33, 33), "CasADi SX": (15, 15),
+                  "JAX+sparsejac": (134, 134), "coloured FD": (130, 160)},
+    ("pb", 10 ** 6): {"sparsegrad 0.0.15": (9.4, 9.4), "CasADi SX": (3.1, 3.1),
+                      "JAX+sparsejac": (4.2, 4.2), "coloured FD": (47, 47)},
+    ("bratu", 1000): {"sparsegrad 0.0.15": (13, 13), "CasADi SX": (3.3, 3.3),
+                      "JAX+sparsejac": (6.0, 6.0), "coloured FD": (83, 83)},
+}
+
+# ---------------------------------------------------------------- measuring
+
+
+def _sample(func, number):
+    """Seconds per call of ``func`` over ``number`` calls, garbage collector off."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(number):
+            func()
+        return (time.perf_counter() - start) / number
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _loops(func, min_time):
+    """How many calls make one sample last at least ``min_time`` (like timeit.autorange)."""
+    number = 1
+    while True:
+        elapsed = _sample(func, number) * number
+        if elapsed >= min_time or number >= 10 ** 6:
+            return number
+        # aim a little above min_time, at most x10 per step
+        wanted = int(number * 1.2 * min_time / max(elapsed, 1e-9))
+        number = max(number + 1, min(number * 10, wanted))
+
+
+def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True):
+    """Residual, value+Jacobian and (optionally) sparsity times, interleaved.
+
+    Returns a dict: ``residual``, ``jacobian``, ``sparsity`` (median seconds),
+    ``ratio`` (median over repeats of jacobian/residual) and ``sparsity_ratio``
+    (median of sparsity/jacobian), plus the per-repeat samples.
+    """
+    from sparsegrad import forward
+
+    def plain():
+        return residual(x0)
+
+    def jacobian():
+        return residual(forward.seed(x0)).dvalue
+
+    def pattern():
+        return residual(forward.seed_sparsity(x0)).dvalue
+
+    funcs = {"residual": plain, "jacobian": jacobian}
+    if sparsity:
+        funcs["sparsity"] = pattern
+    for f in funcs.values():       # warm up: imports, caches, first-touch of memory
+        f()
+    loops = {name: _loops(f, min_time) for name, f in funcs.items()}
+    samples = {name: [] for name in funcs}
+    for _ in range(repeats):
+        for name, f in funcs.items():
+            samples[name].append(_sample(f, loops[name]))
+    out = {name: statistics.median(s) for name, s in samples.items()}
+    out["ratio"] = statistics.median(
+        j / r for j, r in zip(samples["jacobian"], samples["residual"]))
+    if sparsity:
+        out["sparsity_ratio"] = statistics.median(
+            s / j for s, j in zip(samples["sparsity"], samples["jacobian"]))
+    out["samples"] = samples
+    out["loops"] = loops
+    return out
+
+
+def jacobian_bytes(J):
+    """Bytes of a CSR matrix: data + indices + indptr."""
+    return J.data.nbytes + J.indices.nbytes + J.indptr.nbytes
+
+
+def memory_ratio(residual, x0):
+    """Peak extra traced memory during one value+Jacobian evaluation, over the Jacobian's bytes.
+
+    Returns ``(peak_extra_bytes, jacobian_bytes, ratio, nnz)``.  numpy reports its
+    data allocations to ``tracemalloc``, so the peak covers every intermediate
+    array of the evaluation, the residual's own temporaries included.
+    """
+    from sparsegrad import forward
+
+    residual(forward.seed(x0)).dvalue          # warm caches outside the measurement
+    gc.collect()
+    started = tracemalloc.is_tracing()
+    if not started:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        J = residual(forward.seed(x0)).dvalue
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        if not started:
+            tracemalloc.stop()
+    nbytes = jacobian_bytes(J)
+    extra = peak - before
+    return extra, nbytes, extra / nbytes, J.nnz
+
+
+def measure(problem, n, repeats=7, min_time=0.02, memory=True):
+    """Every figure of one problem at one size, as a dict (see the module docstring)."""
+    if isinstance(problem, str):
+        problem = _problems.get(problem)
+    residual, x0 = problem.setup(n)
+    result = {"problem": problem.key, "name": problem.name, "size": int(n),
+              "label": problem.size_text(n), "unknowns": int(problem.unknowns(n))}
+    t = measure_times(residual, x0, repeats=repeats, min_time=min_time)
+    result.update(residual_s=t["residual"], jacobian_s=t["jacobian"], sparsity_s=t["sparsity"],
+                  ratio=t["ratio"], sparsity_ratio=t["sparsity_ratio"], repeats=repeats,
+                  loops=t["loops"])
+    if memory:
+        extra, nbytes, mem, nnz = memory_ratio(residual, x0)
+        result.update(peak_extra_bytes=int(extra), jacobian_bytes=int(nbytes),
+                      memory_ratio=mem, nnz=int(nnz))
+    else:
+        from sparsegrad import forward
+        J = residual(forward.seed(x0)).dvalue
+        result.update(nnz=int(J.nnz), jacobian_bytes=int(jacobian_bytes(J)))
+    target = TARGETS.get((problem.key, int(n)))
+    result["target"] = target
+    result["ratio_pass"] = None if target is None else bool(result["ratio"] <= target)
+    result["sparsity_pass"] = bool(result["sparsity_ratio"] <= SPARSITY_TARGET)
+    if memory:
+        result["memory_pass"] = bool(result["memory_ratio"] <= MEMORY_TARGET)
+    peers = PEERS.get((problem.key, int(n)))
+    result["peers"] = None if peers is None else {k: list(v) for k, v in peers.items()}
+    return result
+
+
+def scaling(results):
+    """Linear-scaling checks between consecutive sizes of each problem.
+
+    For sizes ``a < b``: ``growth = (t_b / t_a) / (nnz_b / nnz_a)`` with ``t`` the
+    value+Jacobian time; ``per_4x = 4 * growth`` is the time growth for 4x the
+    nonzeros.  PASS when ``growth`` lies in ``[1/1.3, 1.3]``; ``target`` says
+    whether the step is one of ``SCALING_TARGETS`` (only those count as failures).
+    """
+    checks = []
+    by_problem = {}
+    for r in results:
+        by_problem.setdefault(r["problem"], []).append(r)
+    for key, rows in by_problem.items():
+        rows = sorted(rows, key=lambda r: r["size"])
+        for a, b in zip(rows, rows[1:]):
+            nnz_growth = b["nnz"] / a["nnz"]
+            time_growth = b["jacobian_s"] / a["jacobian_s"]
+            growth = time_growth / nnz_growth
+            checks.append({"problem": key, "from": a["size"], "to": b["size"],
+                           "from_label": a["label"], "to_label": b["label"],
+                           "nnz_growth": nnz_growth, "time_growth": time_growth,
+                           "growth": growth, "per_4x": 4 * growth,
+                           "pass": bool(1 / SCALING_TOLERANCE <= growth <= SCALING_TOLERANCE),
+                           "target": (key, a["size"], b["size"]) in SCALING_TARGETS})
+    return checks
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def _mark(ok):
+    return "" if ok is None else ("PASS" if ok else "FAIL")
+
+
+def _range(lo_hi):
+    lo, hi = lo_hi
+    return ("%gx" % lo) if lo == hi else ("%g-%gx" % (lo, hi))
+
+
+def _print_result(r, out):
+    target = r["target"]
+    ratio_col = "%7.2fx" % r["ratio"]
+    ratio_target = ("<=%gx %s" % (target, _mark(r["ratio_pass"]))) if target else ""
+    mem = ("%5.2fx <=%gx %s" % (r["memory_ratio"], MEMORY_TARGET, _mark(r["memory_pass"]))
+           if "memory_ratio" in r else "-")
+    out("%-24s %9d %9d %10.3f %10.3f %s %-12s %5.2f <=%g %-4s  %s" % (
+        r["name"] + " " + r["label"], r["unknowns"], r["nnz"], 1e3 * r["residual_s"],
+        1e3 * r["jacobian_s"], ratio_col, ratio_target, r["sparsity_ratio"], SPARSITY_TARGET,
+        _mark(r["sparsity_pass"]), mem))
+
+
+def report(results, checks, out=print):
+    """Print the tables of ``run``'s results."""
+    out("%-24s %9s %9s %10s %10s %8s %-12s %-19s %s" % (
+        "problem size", "unknowns", "nnz", "resid[ms]", "jac[ms]", "jac/res", "target",
+        "sparsity/seed", "mem/J"))
+    for r in results:
+        _print_result(r, out)
+    if checks:
+        out("")
+        out("linear scaling (value+Jacobian time growth per 4x the nonzeros; target 4x "
+            "within %gx: %.2f..%.2f)" % (SCALING_TOLERANCE, 4 / SCALING_TOLERANCE,
+                                         4 * SCALING_TOLERANCE))
+        for c in checks:
+            out("  %-18s %9s -> %-9s nnz x%-6.2f time x%-6.2f per 4x nnz: %5.2fx %s" % (
+                _problems.get(c["problem"]).name, c["from_label"], c["to_label"],
+                c["nnz_growth"], c["time_growth"], c["per_4x"],
+                _mark(c["pass"]) if c["target"] else "(info)"))
+    with_peers = [r for r in results if r["peers"]]
+    if with_peers:
+        out("")
+        out("value+Jacobian / residual beside the peers of issue 3 (their figures, "
+            "their machine)")
+        out("  %-30s %9s %s" % ("problem", "ours", " ".join("%17s" % p for p in PEER_NAMES)))
+        for r in with_peers:
+            out("  %-30s %8.2fx %s" % (r["name"] + " " + r["label"], r["ratio"], " ".join(
+                "%17s" % _range(r["peers"][p]) for p in PEER_NAMES)))
+    failed = failures(results, checks)
+    out("")
+    if failed:
+        out("FAILED targets (%d): %s" % (len(failed), "; ".join(failed)))
+    else:
+        out("every measured target met")
+
+
+def failures(results, checks):
+    """Short descriptions of every failed target."""
+    failed = []
+    for r in results:
+        where = "%s %s" % (r["problem"], r["label"])
+        if r["ratio_pass"] is False:
+            failed.append("%s jac/res %.2fx > %gx" % (where, r["ratio"], r["target"]))
+        if not r["sparsity_pass"]:
+            failed.append("%s sparsity/seed %.2f > %g" % (where, r["sparsity_ratio"],
+                                                           SPARSITY_TARGET))
+        if r.get("memory_pass") is False:
+            failed.append("%s mem/J %.2fx > %gx" % (where, r["memory_ratio"], MEMORY_TARGET))
+    for c in checks:
+        if c["target"] and not c["pass"]:
+            failed.append("%s %s->%s scaling %.2fx per 4x nnz" % (
+                c["problem"], c["from_label"], c["to_label"], c["per_4x"]))
+    return failed
+
+
+def environment():
+    """The software and machine the figures were measured with."""
+    import os
+    import scipy
+    import sparsegrad
+    try:
+        import subprocess
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"commit": commit, "python": platform.python_version(), "numpy": np.__version__,
+            "scipy": scipy.__version__, "sparsegrad": sparsegrad.__version__,
+            "kernels": sparsegrad.KERNELS, "machine": platform.machine(),
+            "processor": platform.processor(), "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def run(cases, repeats=7, min_time=0.02, memory=True, out=print):
+    """Measure ``cases`` (a list of ``(problem_key, size)``), print the report, return the data."""
+    results = []
+    for key, n in cases:
+        results.append(measure(key, n, repeats=repeats, min_time=min_time, memory=memory))
+    checks = scaling(results)
+    if out is not None:
+        report(results, checks, out=out)
+    return {"environment": environment(), "repeats": repeats, "min_time": min_time,
+            "targets": {"ratio": {"%s-%d" % k: v for k, v in TARGETS.items()},
+                        "sparsity": SPARSITY_TARGET, "memory": MEMORY_TARGET,
+                        "scaling_tolerance": SCALING_TOLERANCE,
+                        "scaling_steps": ["%s-%d-%d" % k for k in sorted(SCALING_TARGETS)]},
+            "peer_names": list(PEER_NAMES),
+            "results": results, "scaling": checks,
+            "failures": failures(results, checks)}
+
+
+def _parse_sizes(specs):
+    sizes = {}
+    for spec in specs or ():
+        key, _, values = spec.partition("=")
+        _problems.get(key)
+        sizes[key] = [int(float(v)) for v in values.split(",") if v]
+    return sizes
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m asv_benchmarks.ratios",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", default=",".join(_problems.PROBLEMS),
+                        help="comma-separated keys: %s (default: all)"
+                        % ",".join(_problems.PROBLEMS))
+    parser.add_argument("--size", action="append", metavar="KEY=N[,N...]",
+                        help="sizes for one problem instead of the issue's (repeatable)")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 repeats of at least 5 ms each (default: 7 of 20 ms)")
+    parser.add_argument("--repeats", type=int, help="repeats per measurement")
+    parser.add_argument("--min-time", type=float, help="seconds per timing sample, at least")
+    parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc run")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--strict", action="store_true", help="exit status 1 if a target fails")
+    args = parser.parse_args(argv)
+
+    keys = [k for k in args.problems.split(",") if k]
+    for k in keys:
+        _problems.get(k)
+    sizes = _parse_sizes(args.size)
+    cases = [(k, n) for k in keys for n in sizes.get(k, _problems.get(k).sizes)]
+    repeats = args.repeats or (3 if args.quick else 7)
+    min_time = args.min_time if args.min_time is not None else (0.005 if args.quick else 0.02)
+    data = run(cases, repeats=repeats, min_time=min_time, memory=not args.no_memory)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+    return 1 if (args.strict and data["failures"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

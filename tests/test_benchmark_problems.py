@@ -1,0 +1,170 @@
+"""The benchmark problems, the asv suites and the ratios script, at tiny sizes.
+
+The residuals in ``asv_benchmarks/problems.py`` are what every published ratio
+is measured on, so they are checked here like user code: they run on plain
+arrays and on forward values, the values agree, and the Jacobian matches
+central differences.  The asv classes and ``python -m asv_benchmarks.ratios``
+are run on tiny configurations so that they cannot rot.
+"""
+import json
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from sparsegrad import forward
+from sparsegrad.testing import numerical_jacobian
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:   # asv_benchmarks is not installed; pytest may start elsewhere
+    sys.path.insert(0, ROOT)
+
+from asv_benchmarks import benchmarks, problems, ratios  # noqa: E402
+
+# tiny sizes: a few dozen unknowns each
+TINY = {"sw": 5, "pb": 12, "bratu": 4, "dd": 9}
+
+
+@pytest.fixture(params=sorted(TINY))
+def problem(request):
+    return problems.get(request.param)
+
+
+def test_issue_sizes():
+    assert problems.get("sw").sizes == (50, 100, 200, 400)
+    assert problems.get("pb").sizes == (10 ** 4, 10 ** 5, 10 ** 6)
+    assert problems.get("bratu").sizes == (100, 300, 1000)
+    assert problems.get("dd").sizes == (10 ** 4, 10 ** 5)
+    with pytest.raises(KeyError, match="known"):
+        problems.get("nope")
+
+
+def test_residual_on_arrays_and_forward_values(problem):
+    n = TINY[problem.key]
+    residual, x0 = problem.setup(n)
+    assert x0.shape == (problem.unknowns(n),)
+    plain = residual(x0)
+    assert isinstance(plain, np.ndarray) and plain.shape == x0.shape
+    assert np.all(np.isfinite(plain))
+
+    y = residual(forward.seed(x0))
+    scale = np.max(np.abs(plain))
+    np.testing.assert_allclose(y.value, plain, rtol=1e-13, atol=1e-13 * scale)
+    J = y.dvalue
+    assert J.shape == (x0.size, x0.size)
+    reference = numerical_jacobian(residual, x0, method="central")
+    np.testing.assert_allclose(J.toarray(), reference, rtol=1e-5,
+                               atol=1e-6 * np.max(np.abs(reference)))
+    # square, nonsingular systems: every row and column has an entry
+    assert np.all(np.diff(J.indptr) > 0)
+    assert np.unique(J.indices).size == x0.size
+
+    pattern = residual(forward.seed_sparsity(x0)).dvalue
+    assert pattern.shape == J.shape
+    assert np.array_equal(pattern.indptr, J.indptr)
+    assert np.array_equal(pattern.indices, J.indices)
+
+
+def test_shallow_water_nonzeros():
+    # 32 nonzeros per 3 rows: deta 8, du 12, dv 12
+    residual, x0 = problems.get("sw").setup(6)
+    J = residual(forward.seed(x0)).dvalue
+    counts = np.diff(J.indptr).reshape(3, -1)
+    assert set(counts[0]) == {8} and set(counts[1]) == {12} and set(counts[2]) == {12}
+
+
+def test_bernoulli():
+    x = np.array([-50.0, -1.0, -1e-2, -3e-3, -1e-9, 0.0, 1e-9, 3e-3, 1e-2, 1.0, 50.0])
+    exact = np.where(x == 0, 1.0, x / np.expm1(np.where(x == 0, 1.0, x)))
+    np.testing.assert_allclose(problems.bernoulli(x), exact, rtol=1e-15)
+    # both branches of np.where carry exact derivatives: B'(x) = (expm1(x) - x e^x) / expm1(x)^2
+    y = problems.bernoulli(forward.seed(x))
+    derivative = np.diag(y.dvalue.toarray())
+    big = np.abs(x) > 1e-2
+    expected = (np.expm1(x[big]) - x[big] * np.exp(x[big])) / np.expm1(x[big]) ** 2
+    np.testing.assert_allclose(derivative[big], expected, rtol=1e-12)
+    np.testing.assert_allclose(derivative[~big], -0.5 + x[~big] / 6, atol=1e-7)
+
+
+def test_drift_diffusion_uses_both_bernoulli_branches():
+    problem = problems.get("dd")
+    residual, x0 = problem.setup(TINY["dd"])
+    psi = x0[:TINY["dd"]]
+    d = np.diff(psi)
+    assert np.any(np.abs(d) < 1e-2) and np.any(np.abs(d) >= 1e-2)
+
+
+def test_asv_suites_callable():
+    suites = [getattr(benchmarks, name) for name in
+              ("ShallowWater", "PoissonBoltzmann", "Bratu", "DriftDiffusion")]
+    for suite in suites:
+        assert suite.params == [list(suite.problem.sizes)]
+        bench = suite()
+        n = TINY[suite.problem.key]
+        bench.setup(n)
+        bench.time_residual(n)
+        bench.time_value_and_jacobian(n)
+        bench.time_sparsity(n)
+        bench.peakmem_value_and_jacobian(n)
+    bench = benchmarks.PoissonBoltzmannRatios()
+    bench.ratio_repeats, bench.ratio_min_time = 2, 0.0
+    bench.setup(12)
+    assert bench.track_jacobian_ratio(12) > 0
+    assert 0 < bench.track_sparsity_ratio(12)
+    assert bench.track_memory_ratio(12) > 0
+
+
+def test_asv_conf():
+    with open(os.path.join(ROOT, "asv.conf.json")) as f:
+        text = re.sub(r"^\s*//.*$", "", f.read(), flags=re.M)
+    conf = json.loads(text)
+    assert conf["benchmark_dir"] == "asv_benchmarks"
+    assert os.path.isdir(os.path.join(ROOT, conf["benchmark_dir"]))
+
+
+def test_ratios_script_quick(tmp_path, capsys):
+    out = tmp_path / "ratios.json"
+    status = ratios.main(["--problems", "sw,pb,bratu,dd", "--size", "sw=4,8", "--size", "pb=10",
+                          "--size", "bratu=3", "--size", "dd=5", "--repeats", "1",
+                          "--min-time", "0", "--json", str(out)])
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert "jac/res" in printed and "linear scaling" in printed
+    data = json.loads(out.read_text())
+    assert [(r["problem"], r["size"]) for r in data["results"]] == [
+        ("sw", 4), ("sw", 8), ("pb", 10), ("bratu", 3), ("dd", 5)]
+    for r in data["results"]:
+        assert r["ratio"] > 0 and r["residual_s"] > 0 and r["jacobian_s"] > 0
+        assert r["nnz"] > 0 and r["memory_ratio"] > 0
+    assert len(data["scaling"]) == 1 and data["scaling"][0]["nnz_growth"] == 4.0
+    assert data["peer_names"] == list(ratios.PEER_NAMES)
+
+
+def test_ratios_targets_and_peers():
+    assert ratios.TARGETS[("sw", 400)] == 8.0 and ratios.TARGETS[("pb", 10 ** 6)] == 3.0
+    for key, peers in ratios.PEERS.items():
+        assert key in ratios.TARGETS
+        assert set(peers) == set(ratios.PEER_NAMES)
+    fake = [{"problem": "sw", "size": 100, "label": "100x100", "nnz": 100, "jacobian_s": 1.0},
+            {"problem": "sw", "size": 200, "label": "200x200", "nnz": 400, "jacobian_s": 6.0}]
+    (check,) = ratios.scaling(fake)
+    assert check["target"] and not check["pass"] and check["per_4x"] == 6.0
+
+
+def test_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "plot_performance", os.path.join(ROOT, "docs", "plot_performance.py"))
+    plot_performance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot_performance)
+    data = ratios.run([("sw", 4), ("pb", 10)], repeats=1, min_time=0, out=None)
+    # pretend the small cases are the compared ones, so both panels are drawn
+    data["results"][0]["peers"] = {k: list(v) for k, v in ratios.PEERS[("sw", 200)].items()}
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(data))
+    png = tmp_path / "plot.png"
+    assert plot_performance.main([str(path), "-o", str(png)]) == 0
+    assert png.stat().st_size > 1000
