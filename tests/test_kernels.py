@@ -582,6 +582,148 @@ def test_compiled_matches_reference_on_random_inputs(compiled, rng, dtypes):
             assert_same_result(call(compiled.coo_to_csr, *coo), _reference.coo_to_csr(*coo))
 
 
+# ---------------------------------------------------------------------------
+# the compiled kernels: their internal paths (short rows by sorted keys with
+# the previous row's order reused, long rows by a dense marker, row runs in
+# gathers), each against the reference, bit for bit
+# ---------------------------------------------------------------------------
+
+def _shifted_selection(n, offset, scale=None):
+    """Row i selects column (i + offset) mod n: the order of several such
+    terms in a row changes where one of them wraps around."""
+    return (np.arange(n + 1, dtype=I64), (np.arange(n, dtype=I64) + offset) % n, None,
+            scale)
+
+
+def _banded(rng, n, offsets, dtype=np.float64):
+    cols = np.arange(n)[:, None] + np.asarray(offsets)[None, :]
+    keep = (cols >= 0) & (cols < n)
+    indptr = np.zeros(n + 1, dtype=I64)
+    np.cumsum(keep.sum(axis=1), out=indptr[1:])
+    indices = cols[keep].astype(I64)
+    return indptr, indices, rng.standard_normal(len(indices)).astype(dtype)
+
+
+@pytest.mark.parametrize("pattern_only", [False, True])
+def test_compiled_merge_selections_and_bands(compiled, rng, pattern_only):
+    n = 50
+    terms = [_shifted_selection(n, int(o), rng.standard_normal(n))
+             for o in rng.choice(n, 12, replace=False)]
+    terms += [_shifted_selection(n, 7), _shifted_selection(n, 7, rng.standard_normal(n))]
+    terms += [_banded(rng, n, offs) + (rng.standard_normal(n),)
+              for offs in ((-1, 0, 1), (-3, 0, 2, 5), (-1, 0, 1))]
+    terms += [_banded(rng, n, (-2, 2))[:2] + (None, None)]
+    for chosen in (terms[:3], terms[:12], terms[12:], terms):
+        result = call(compiled.merge_scaled, n, n, chosen, pattern_only)
+        check_canonical(result, (n, n))
+        assert_same_result(result, _reference.merge_scaled(n, n, chosen, pattern_only))
+
+
+@pytest.mark.parametrize("dtype", COMPILED_DTYPES)
+def test_compiled_merge_long_and_short_rows(compiled, rng, dtype):
+    # rows of more than 256 entries (all terms together) take the dense path;
+    # short rows before and after them, sorted or not, are merged by keys
+    n_rows, n_cols = 9, 700
+    terms = []
+    for k in range(3):
+        lengths = rng.integers(0, 4, n_rows)
+        lengths[2] = 150                      # 450 entries: long
+        lengths[5] = 90 if k else 0           # 180 entries: short, sorted keys
+        rows = [np.sort(rng.choice(n_cols, size, replace=False)) for size in lengths]
+        indptr = np.zeros(n_rows + 1, dtype=I64)
+        np.cumsum(lengths, out=indptr[1:])
+        indices = np.concatenate(rows).astype(I64)
+        data = (rng.standard_normal(len(indices)) + (1j if np.dtype(dtype).kind == "c"
+                                                     else 0)).astype(dtype)
+        terms.append((indptr, indices, data if k != 1 else None,
+                      None if k == 2 else rng.standard_normal(n_rows).astype(dtype)))
+    for pattern_only in (False, True):
+        result = call(compiled.merge_scaled, n_rows, n_cols, terms, pattern_only)
+        check_canonical(result, (n_rows, n_cols))
+        assert_same_result(result, _reference.merge_scaled(n_rows, n_cols, terms,
+                                                           pattern_only))
+
+
+def test_compiled_merge_unsorted_and_duplicate_input(compiled):
+    # not canonical, yet merged as the reference merges it: duplicates summed
+    # in input order, columns sorted
+    terms = [(np.array([0, 3, 4]), np.array([2, 0, 2, 1]), np.array([1e16, 1.0, 1.0, 2.0]),
+              None),
+             (np.array([0, 2, 2]), np.array([2, 2]), np.array([1.0, -1e16]), None)]
+    result = call(compiled.merge_scaled, 2, 3, terms)
+    assert_same_result(result, _reference.merge_scaled(2, 3, terms))
+    np.testing.assert_array_equal(result[1], [0, 2, 1])
+
+
+def test_compiled_merge_strided_scales(compiled, rng):
+    n = 20
+    indptr, indices, data = _banded(rng, n, (-1, 0, 1))
+    long_scale = rng.standard_normal(3 * n)
+    scales = [np.broadcast_to(np.float64(2.5), (n,)), long_scale[::3], long_scale[::-3][:n],
+              np.broadcast_to(np.complex128(1 + 2j), (n,)),
+              rng.standard_normal(n).astype(np.float32)[::1]]
+    for scale in scales:
+        for d in (data, None):
+            terms = [(indptr, indices, d, scale), (indptr, indices, data, None)]
+            assert_same_result(call(compiled.merge_scaled, n, n, terms),
+                               _reference.merge_scaled(n, n, terms))
+
+
+def test_compiled_merge_complex_ones_times_scale(compiled):
+    # data None and a complex scale: the reference multiplies by 1 + 0j, which
+    # turns an infinite part into nan; a real scale is taken as it is
+    indptr, indices = np.array([0, 1, 2]), np.array([0, 1])
+    for scale in (np.array([np.inf + 1j, 1 + 1j * np.inf]), np.array([np.inf, -0.0])):
+        terms = [(indptr, indices, None, scale),
+                 (indptr, indices, np.array([1j, 2.0]), None)]
+        with np.errstate(invalid="ignore"):
+            result = compiled.merge_scaled(2, 2, terms)
+            expected = _reference.merge_scaled(2, 2, terms)
+        np.testing.assert_array_equal(result[1], expected[1])
+        np.testing.assert_array_equal(result[2], expected[2])
+
+
+def test_compiled_merge_rejects_bad_entries_anywhere(compiled, rng):
+    n = 40
+    good = _banded(rng, n, (-1, 0, 1)) + (None,)
+    long_row = (np.array([0] + [300] * n), np.arange(300, dtype=I64), None, None)
+    for bad_col in (-1, n, 2 ** 60, -2 ** 62):
+        for row in (0, n // 2, n - 1):
+            indptr, indices, data, scale = good
+            indices = indices.copy()
+            indices[indptr[row]] = bad_col
+            with pytest.raises(ValueError, match="term 1 column indices"):
+                compiled.merge_scaled(n, n, [good, (indptr, indices, data, scale)])
+        indices = long_row[1].copy()
+        indices[-1] = 300 if bad_col == n else bad_col
+        with pytest.raises(ValueError, match="column indices"):
+            compiled.merge_scaled(n, 300, [good[:2] + (None, None),
+                                           (long_row[0], indices, None, None)])
+    indptr = good[0].copy()
+    indptr[n // 2] = indptr[n // 2 + 1] + 1       # a decrease in the middle
+    with pytest.raises(ValueError, match="decreases"):
+        compiled.merge_scaled(n, n, [good, (indptr,) + good[1:]])
+    indptr = good[0].copy()
+    indptr[1] = 10 ** 12                           # beyond the entries, then down
+    with pytest.raises(ValueError, match="decreases"):
+        compiled.merge_scaled(n, n, [(indptr,) + good[1:]])
+
+
+def test_compiled_gather_rows_runs(compiled, rng):
+    n = 30
+    indptr, indices, data = _banded(rng, n, (-12, -6, -2, -1, 0, 1, 2, 6, 12))
+    rows = np.concatenate([np.arange(5, 20), [-1, -1], np.arange(3, 6), [29, 0, 0, 1],
+                           rng.integers(-1, n, 40), np.arange(n)[::-1], [-1]]).astype(I64)
+    for d in (data, None, data.astype(np.complex64)):
+        result = call(compiled.gather_rows, indptr, indices, d, rows)
+        check_canonical(result, (len(rows), n))
+        assert_same_result(result, _reference.gather_rows(indptr, indices, d, rows))
+    with pytest.raises(ValueError, match="rows"):
+        compiled.gather_rows(indptr, indices, data, np.array([0, 1, 2, n]))
+    with pytest.raises(ValueError, match="rows"):
+        compiled.gather_rows(indptr, indices, data, np.array([3, -2, 0]))
+
+
 try:
     from hypothesis import given, strategies as st
 except ImportError:  # hypothesis is a test extra; the tests above still run

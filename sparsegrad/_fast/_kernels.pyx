@@ -17,6 +17,11 @@ How each kernel is built
   instead of crashing.
 * The wrapper then calls a typed loop that runs without the GIL.  The loops use
   raw pointers and may assume everything the wrapper checked; nothing else.
+  Where a separate validation pass would cost as much as the work itself
+  (``merge_scaled``, the row numbers of ``gather_rows``), the wrapper checks
+  only lengths and end points, and the loop checks each ``indptr`` step and
+  index before it uses it; when the loop reports bad input, the wrapper runs
+  the full checks to raise the usual error.
 * Output arrays are allocated at an upper bound of their size, filled, and
   trimmed in place.
 
@@ -38,8 +43,9 @@ instructions on CPUs that have them and this module uses the textbook formula.
 """
 cimport cython
 cimport numpy as cnp
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 import operator
 
@@ -49,6 +55,20 @@ from . import _reference
 from ._types cimport complex64_t, complex128_t, data_t
 
 cnp.import_array()
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define SG_PREFETCH(p) __builtin_prefetch((const void*)(p))
+    #else
+    #define SG_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void SG_PREFETCH(const void* p) noexcept nogil
+
+# how many rows ahead gather_rows prefetches (random row orders miss the cache)
+cdef enum:
+    GATHER_AHEAD = 16
 
 INDEX_DTYPE = np.int64
 
@@ -74,6 +94,44 @@ cdef int _kind(dtype):
     return _KINDS.get(dtype, -1)
 
 
+cdef tuple _KIND_DTYPES = (np.dtype(np.float32), np.dtype(np.float64),
+                           np.dtype(np.complex64), np.dtype(np.complex128))
+
+
+cdef inline int _array_kind(object x):
+    """Code of the compiled loop for the dtype of the ndarray ``x``, or -1."""
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef int t = cnp.PyArray_TYPE(a)
+    if not cnp.PyArray_ISNOTSWAPPED(a):
+        return -1
+    if t == cnp.NPY_DOUBLE:
+        return F64
+    if t == cnp.NPY_FLOAT:
+        return F32
+    if t == cnp.NPY_CDOUBLE:
+        return C128
+    if t == cnp.NPY_CFLOAT:
+        return C64
+    return -1
+
+
+cdef inline bint _is_index_array(object x):
+    """``x`` is already what :func:`_as_index` makes: a 1-d C-contiguous int64 ndarray."""
+    if type(x) is not np.ndarray:
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    return (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_TYPE(a) == cnp.NPY_INT64
+            and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_ISNOTSWAPPED(a))
+
+
+cdef inline bint _is_values(object x, Py_ssize_t n):
+    """``x`` is already what :func:`_as_values` makes: a 1-d ndarray of length ``n``."""
+    if type(x) is not np.ndarray:
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    return cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIM(a, 0) == n
+
+
 cdef inline void* _ptr(object array):
     """Data pointer of a contiguous ndarray, NULL for None."""
     if array is None:
@@ -90,6 +148,8 @@ cdef int64_t _dim(object n, str name) except -1:
 
 cdef object _as_index(object x, str name):
     """``x`` as a contiguous 1-d int64 array; other integer dtypes are converted."""
+    if _is_index_array(x):
+        return x
     a = np.asarray(x)
     if a.ndim != 1:
         raise ValueError("%s must be 1-d, got %d dimensions" % (name, a.ndim))
@@ -112,27 +172,49 @@ cdef object _as_values(object x, Py_ssize_t n, str name):
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int64_t _first_decrease(const int64_t* a, int64_t n) noexcept nogil:
-    cdef int64_t p
-    for p in range(1, n):
-        if a[p] < a[p - 1]:
-            return p
+    """First ``p`` with ``a[p] < a[p - 1]``, or -1.
+
+    Blocks of branch-free tests (which the compiler vectorises); the block
+    that holds a decrease is searched again for its position.
+    """
+    cdef int64_t p, block = 1, end
+    cdef int bad
+    while block < n:
+        end = block + 4096 if n - block > 4096 else n
+        bad = 0
+        for p in range(block, end):
+            bad |= a[p] < a[p - 1]
+        if bad:
+            for p in range(block, end):
+                if a[p] < a[p - 1]:
+                    return p
+        block = end
     return -1
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int64_t _first_outside(const int64_t* a, int64_t n, int64_t lo, int64_t hi) noexcept nogil:
-    cdef int64_t p
-    for p in range(n):
-        if a[p] < lo or a[p] >= hi:
-            return p
+    """First ``p`` with ``a[p]`` outside ``[lo, hi)``, or -1 (``lo <= hi``); blocks as above."""
+    cdef int64_t p, block = 0, end
+    cdef uint64_t width = <uint64_t>hi - <uint64_t>lo, ulo = <uint64_t>lo
+    cdef int bad
+    while block < n:
+        end = block + 4096 if n - block > 4096 else n
+        bad = 0
+        for p in range(block, end):
+            bad |= (<uint64_t>a[p] - ulo) >= width
+        if bad:
+            for p in range(block, end):
+                if (<uint64_t>a[p] - ulo) >= width:
+                    return p
+        block = end
     return -1
 
 
-cdef _check_indptr(indptr, int64_t n_rows, int64_t nnz, str name):
-    """``indptr`` has ``n_rows + 1`` entries, starts at 0, ends at ``nnz``, never decreases."""
+cdef _check_indptr_ends(indptr, int64_t n_rows, int64_t nnz, str name):
+    """``indptr`` has ``n_rows + 1`` entries, starts at 0 and ends at ``nnz`` (O(1))."""
     cdef const int64_t* ip
-    cdef int64_t bad
     if indptr.shape[0] != n_rows + 1:
         raise ValueError("%s indptr has length %d, expected %d"
                          % (name, indptr.shape[0], n_rows + 1))
@@ -140,6 +222,14 @@ cdef _check_indptr(indptr, int64_t n_rows, int64_t nnz, str name):
     if ip[0] != 0 or ip[n_rows] != nnz:
         raise ValueError("%s indptr must run from 0 to nnz=%d, got %d to %d"
                          % (name, nnz, ip[0], ip[n_rows]))
+
+
+cdef _check_indptr(indptr, int64_t n_rows, int64_t nnz, str name):
+    """``indptr`` has ``n_rows + 1`` entries, starts at 0, ends at ``nnz``, never decreases."""
+    cdef const int64_t* ip
+    cdef int64_t bad
+    _check_indptr_ends(indptr, n_rows, nnz, name)
+    ip = <const int64_t*>_ptr(indptr)
     with nogil:
         bad = _first_decrease(ip, n_rows + 1)
     if bad >= 0:
@@ -151,6 +241,8 @@ cdef _check_range(a, int64_t lo, int64_t hi, str name):
     cdef int64_t bad
     cdef const int64_t* p = <const int64_t*>_ptr(a)
     cdef int64_t n = a.shape[0]
+    if hi < lo:
+        hi = lo
     with nogil:
         bad = _first_outside(p, n, lo, hi)
     if bad >= 0:
@@ -263,53 +355,370 @@ cdef inline void _finish_row(int64_t start, int64_t nnz, bint values, const data
 # Loops (no GIL; inputs validated by the wrappers)
 # ---------------------------------------------------------------------------
 
+# Short rows of merge_scaled are merged by sorting packed keys
+# ``column << KEY_SHIFT | slot``, where ``slot`` is the entry's place in the
+# row's gather buffer (terms in order, entries in order).  All keys of a row
+# are distinct and their order is (column, term, entry): the order in which
+# the reference adds duplicates.  Longer rows use the dense marker.
+cdef enum:
+    KEY_SHIFT = 8
+    SHORT_ROW = 256          # 1 << KEY_SHIFT
+    KEY_MASK = 255
+    INSERTION_SORT_MAX = 16
+
+# largest n_cols whose packed keys fit in 64 bits
+cdef int64_t MAX_KEY_COLS = (<int64_t>1) << (63 - KEY_SHIFT)
+
+
+cdef struct Term:
+    const int64_t* indptr
+    const int64_t* indices
+    const void* data          # NULL: all ones
+    const void* scale         # NULL: no row scaling
+    int64_t scale_step        # scale of row i: scale[i * scale_step] (0: broadcast)
+    int64_t nnz
+    int mode                  # ONES, DATA, SCALE, DATA_SCALE or ONES_SCALE
+
+
+cdef struct Dense:
+    # the dense marker and accumulator of Gustavson's method, allocated on
+    # the first long row (most merges never need them)
+    int64_t* marker
+    void* acc
+
+
+cdef inline void _free_dense(Dense* dense) noexcept nogil:
+    free(dense.marker)
+    free(dense.acc)
+    dense.marker = NULL
+    dense.acc = NULL
+
+
+cdef int _alloc_dense(Dense* dense, int64_t n_cols, size_t item, bint values) noexcept nogil:
+    """Allocate the marker (all -1) and, for values, the accumulator; 0 or -1."""
+    cdef int64_t j
+    cdef size_t n = <size_t>(n_cols if n_cols > 0 else 1)
+    dense.marker = <int64_t*>malloc(n * sizeof(int64_t))
+    if dense.marker == NULL:
+        return -1
+    for j in range(n_cols):
+        dense.marker[j] = -1
+    if values:
+        dense.acc = malloc(n * item)
+        if dense.acc == NULL:
+            return -1
+    return 0
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _merge_loop(int64_t n_rows, Py_ssize_t n_terms,
-                         const int64_t** indptrs, const int64_t** indices,
-                         const data_t** datas, const data_t** scales, bint values,
-                         int64_t* marker, data_t* acc, int64_t* out_indptr,
-                         int64_t* out_indices, data_t* out_data) noexcept nogil:
-    # Row by row, terms in order, so that each sum is formed in the order of
-    # the reference: term by term, entry by entry.
-    cdef int64_t i, p, start, nnz = 0
+cdef void _sort_keys(uint64_t* a, int64_t m, uint64_t* tmp, int64_t* bounds) noexcept nogil:
+    """Sort ``m`` distinct keys (``m <= SHORT_ROW``).
+
+    Insertion sort for a few keys; otherwise a natural merge sort: the buffer
+    is a concatenation of sorted runs (one per term), merged pairwise.
+    """
+    cdef int64_t j, q, r, n_runs, n_out, lo, mid, hi, x, y
+    cdef uint64_t key
+    cdef uint64_t* src = a
+    cdef uint64_t* dst = tmp
+    cdef uint64_t* swap
+    if m <= INSERTION_SORT_MAX:
+        for j in range(1, m):
+            key = a[j]
+            q = j - 1
+            while q >= 0 and a[q] > key:
+                a[q + 1] = a[q]
+                q -= 1
+            a[q + 1] = key
+        return
+    n_runs = 0
+    bounds[0] = 0
+    for j in range(1, m):
+        if a[j] < a[j - 1]:
+            n_runs += 1
+            bounds[n_runs] = j
+    n_runs += 1
+    bounds[n_runs] = m
+    while n_runs > 1:
+        r = 0
+        n_out = 0
+        while r + 1 < n_runs:
+            lo = bounds[r]
+            mid = bounds[r + 1]
+            hi = bounds[r + 2]
+            x = lo
+            y = mid
+            q = lo
+            while x < mid and y < hi:
+                if src[y] < src[x]:
+                    dst[q] = src[y]
+                    y += 1
+                else:
+                    dst[q] = src[x]
+                    x += 1
+                q += 1
+            while x < mid:
+                dst[q] = src[x]
+                x += 1
+                q += 1
+            while y < hi:
+                dst[q] = src[y]
+                y += 1
+                q += 1
+            bounds[n_out] = lo
+            n_out += 1
+            r += 2
+        if r < n_runs:
+            lo = bounds[r]
+            memcpy(dst + lo, src + lo, <size_t>(m - lo) * sizeof(uint64_t))
+            bounds[n_out] = lo
+            n_out += 1
+        bounds[n_out] = m
+        n_runs = n_out
+        swap = src
+        src = dst
+        dst = swap
+    if src != a:
+        memcpy(a, src, <size_t>m * sizeof(uint64_t))
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t _emit_row(const uint64_t* keys, const uint8_t* perm, int64_t m,
+                              bint values, const data_t* vals, int64_t* out_indices,
+                              data_t* out_data, int64_t nnz) noexcept nogil:
+    """Write a short row whose keys, in order, are ``keys[perm[0]], keys[perm[1]], ...``.
+
+    Duplicate columns are summed in key order, i.e. term by term.  Returns the
+    new entry count, or -1 when ``perm`` does not sort the keys (then the row
+    must be sorted and written again).
+    """
+    cdef int64_t j, col, last
+    cdef uint64_t key, prev
+    cdef uint8_t slot = perm[0]
+    cdef data_t total
+    prev = keys[slot]
+    last = <int64_t>(prev >> KEY_SHIFT)
+    if values:
+        total = vals[slot]
+    for j in range(1, m):
+        slot = perm[j]
+        key = keys[slot]
+        if key <= prev:
+            return -1
+        prev = key
+        col = <int64_t>(key >> KEY_SHIFT)
+        if col != last:
+            out_indices[nnz] = last
+            if values:
+                out_data[nnz] = total
+                total = vals[slot]
+            nnz += 1
+            last = col
+        elif values:
+            total = total + vals[slot]
+    out_indices[nnz] = last
+    if values:
+        out_data[nnz] = total
+    return nnz + 1
+
+
+# how a term's values are formed (Term.mode)
+cdef enum:
+    ONES = 0            # data None, no scale
+    DATA = 1            # data, no scale
+    SCALE = 2           # data None, scale: the value is the row's scale
+    DATA_SCALE = 3      # data * scale
+    ONES_SCALE = 4      # data None, complex scale: 1 * scale by the complex formula
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline data_t _term_value(const Term* t, int64_t p, int64_t i, data_t one) noexcept nogil:
+    """Value of entry ``p`` (row ``i``) of a term: ``data * scale`` as the reference
+    forms it (``one`` is 1 in the value type)."""
+    cdef int mode = t.mode
+    if mode == DATA:
+        return (<const data_t*>t.data)[p]
+    if mode == SCALE:
+        return (<const data_t*>t.scale)[i * t.scale_step]
+    if mode == DATA_SCALE:
+        return _mul((<const data_t*>t.data)[p], (<const data_t*>t.scale)[i * t.scale_step])
+    if mode == ONES_SCALE:
+        return _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
+    return one
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
+                         const Term* terms, bint values, int64_t* cursor, Dense* dense,
+                         int64_t* out_indptr, int64_t* out_indices,
+                         data_t* out_data) noexcept nogil:
+    """Merge the terms row by row; return nnz, -1 for invalid input, -2 out of memory.
+
+    A row of at most SHORT_ROW entries (all terms together) is gathered, term
+    by term, as packed keys and values into small buffers, then written in
+    key order: by the previous row's order when it still sorts the keys (the
+    usual case for stencils and shifted selections), else after sorting the
+    keys.  A longer row goes through the dense marker and accumulator.
+
+    Checks what it relies on before relying on it: every indptr step is
+    non-negative and stays within its term's entries, every column lies in
+    ``[0, n_cols)`` (``indptr[0] == 0`` is the wrapper's).  On -1 the output
+    is garbage.  ``cursor`` has room for one position per term.
+    """
+    cdef int64_t i, p, lo, hi, n, m, j, c, nnz = 0, start, prev_m = -1, got
     cdef Py_ssize_t k
-    cdef const int64_t* ip
+    cdef const Term* t
+    cdef const int64_t* ix
     cdef const data_t* d
-    cdef const data_t* s
-    cdef data_t one = 1, v = 1, sc = 1
+    cdef data_t one = 1, sc = 1
+    cdef uint64_t key, bits = 0
+    cdef uint64_t ncols = <uint64_t>n_cols
+    cdef int64_t short_max = SHORT_ROW if n_cols <= MAX_KEY_COLS else 0
+    cdef uint64_t keys[SHORT_ROW]
+    cdef uint64_t sorted_keys[SHORT_ROW]
+    cdef uint64_t tmp[SHORT_ROW]
+    cdef int64_t bounds[SHORT_ROW + 1]
+    cdef uint8_t perm[SHORT_ROW]
+    cdef data_t vals[SHORT_ROW]
+    cdef int64_t* marker
+    cdef data_t* acc
+
+    for k in range(n_terms):
+        cursor[k] = 0
     out_indptr[0] = 0
     for i in range(n_rows):
         start = nnz
+        if (i & 7) == 0 and i + 64 < n_rows:
+            # many terms are many concurrent memory streams: help the prefetcher
+            for k in range(n_terms):
+                t = &terms[k]
+                SG_PREFETCH(t.indptr + i + 64)
+                if cursor[k] + 64 < t.nnz:
+                    SG_PREFETCH(t.indices + cursor[k] + 64)
+                    if values and t.data != NULL:
+                        SG_PREFETCH(<const data_t*>t.data + cursor[k] + 64)
+                if values and t.scale != NULL and t.scale_step == 1:
+                    SG_PREFETCH(<const data_t*>t.scale + i + 64)
+        # gather the packed keys (and values) of the row, term by term
+        m = 0
         for k in range(n_terms):
-            ip = indptrs[k]
-            d = datas[k]
-            s = scales[k]
-            if values and s != NULL:
-                sc = s[i]
-            for p in range(ip[i], ip[i + 1]):
+            t = &terms[k]
+            lo = cursor[k]
+            hi = t.indptr[i + 1]
+            # lo <= nnz holds by induction from indptr[0] == 0
+            if <uint64_t>(hi - lo) > <uint64_t>(t.nnz - lo):
+                return -1
+            cursor[k] = hi
+            n = hi - lo
+            if n == 0:
+                continue
+            if m + n > short_max:
+                m += n              # a long row: gathered below
+                continue
+            ix = t.indices + lo
+            if n == 1:
+                c = ix[0]
+                bits |= <uint64_t>c
+                keys[m] = (<uint64_t>c << KEY_SHIFT) | <uint64_t>m
                 if values:
-                    v = d[p] if d != NULL else one
-                    if s != NULL:
-                        v = _mul(v, sc)
-                nnz = _add_entry(i, indices[k][p], v, values, marker, acc, out_indices, nnz)
-        _finish_row(start, nnz, values, acc, out_indices, out_data)
+                    vals[m] = _term_value(t, lo, i, one)
+                m += 1
+                continue
+            key = <uint64_t>m
+            for p in range(n):
+                c = ix[p]
+                bits |= <uint64_t>c
+                keys[m + p] = (<uint64_t>c << KEY_SHIFT) | key
+                key += 1
+            if values:
+                if t.mode == DATA:
+                    d = <const data_t*>t.data + lo
+                    for p in range(n):
+                        vals[m + p] = d[p]
+                elif t.mode == DATA_SCALE:
+                    d = <const data_t*>t.data + lo
+                    sc = (<const data_t*>t.scale)[i * t.scale_step]
+                    for p in range(n):
+                        vals[m + p] = _mul(d[p], sc)
+                else:
+                    sc = _term_value(t, lo, i, one)
+                    for p in range(n):
+                        vals[m + p] = sc
+            m += n
+        # every column gathered so far lies in [0, MAX_KEY_COLS) (so the keys
+        # hold it whole); the largest, written last, is checked below
+        if bits >= <uint64_t>MAX_KEY_COLS:
+            return -1
+        if m == 0:
+            pass
+        elif m == 1:
+            out_indices[nnz] = <int64_t>(keys[0] >> KEY_SHIFT)
+            if out_indices[nnz] >= n_cols:
+                return -1
+            if values:
+                out_data[nnz] = vals[0]
+            nnz += 1
+        elif m <= short_max:
+            # the previous row's order usually fits; otherwise sort the keys
+            # and remember their order
+            got = -1
+            if m == prev_m:
+                got = _emit_row(keys, perm, m, values, vals, out_indices, out_data, nnz)
+            if got < 0:
+                memcpy(sorted_keys, keys, <size_t>m * sizeof(uint64_t))
+                _sort_keys(sorted_keys, m, tmp, bounds)
+                for j in range(m):
+                    perm[j] = <uint8_t>(sorted_keys[j] & KEY_MASK)
+                prev_m = m
+                got = _emit_row(keys, perm, m, values, vals, out_indices, out_data, nnz)
+            nnz = got
+            if out_indices[nnz - 1] >= n_cols:
+                return -1
+        else:
+            # a long row: Gustavson's dense marker and accumulator
+            if dense.marker == NULL:
+                if _alloc_dense(dense, n_cols, sizeof(data_t), values) < 0:
+                    return -2
+            marker = dense.marker
+            acc = <data_t*>dense.acc
+            for k in range(n_terms):
+                t = &terms[k]
+                ix = t.indices
+                for p in range(t.indptr[i], t.indptr[i + 1]):
+                    c = ix[p]
+                    if <uint64_t>c >= ncols:
+                        return -1
+                    if values:
+                        sc = _term_value(t, p, i, one)
+                    nnz = _add_entry(i, c, sc, values, marker, acc, out_indices, nnz)
+            _finish_row(start, nnz, values, acc, out_indices, out_data)
         out_indptr[i + 1] = nnz
     return nnz
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef void _gather_indptr(int64_t n_out, const int64_t* rows, const int64_t* indptr,
-                         int64_t* out_indptr) noexcept nogil:
-    cdef int64_t r, row
+cdef int64_t _gather_indptr(int64_t n_out, const int64_t* rows, int64_t n_src,
+                            const int64_t* indptr, int64_t* out_indptr) noexcept nogil:
+    """Row pointers of the gathered matrix; -1 if a row lies outside ``[-1, n_src)``."""
+    cdef int64_t r, row, ahead, total = 0
     out_indptr[0] = 0
     for r in range(n_out):
+        if r + GATHER_AHEAD < n_out:
+            ahead = rows[r + GATHER_AHEAD]
+            if <uint64_t>ahead < <uint64_t>n_src:
+                SG_PREFETCH(indptr + ahead)
         row = rows[r]
-        if row < 0:
-            out_indptr[r + 1] = out_indptr[r]
-        else:
-            out_indptr[r + 1] = out_indptr[r] + indptr[row + 1] - indptr[row]
+        if <uint64_t>(row + 1) > <uint64_t>n_src:
+            return -1
+        if row >= 0:
+            total += indptr[row + 1] - indptr[row]
+        out_indptr[r + 1] = total
+    return 0
 
 
 @cython.boundscheck(False)
@@ -318,17 +727,44 @@ cdef void _gather_copy(int64_t n_out, const int64_t* rows, const int64_t* indptr
                        const int64_t* indices, const data_t* data,
                        const int64_t* out_indptr, int64_t* out_indices,
                        data_t* out_data) noexcept nogil:
-    cdef int64_t r, row, p, q
-    for r in range(n_out):
+    """Copy the rows; a run of consecutive source rows is copied in one piece.
+
+    Prefetches two levels ahead: the indptr entry of the row 2 * GATHER_AHEAD
+    ahead, the entries of the row GATHER_AHEAD ahead.
+    """
+    cdef int64_t r = 0, r_end, row, ahead, src, n, q, p
+    while r < n_out:
+        if r + 2 * GATHER_AHEAD < n_out:
+            ahead = rows[r + 2 * GATHER_AHEAD]
+            if ahead >= 0:
+                SG_PREFETCH(indptr + ahead)
+        if r + GATHER_AHEAD < n_out:
+            ahead = rows[r + GATHER_AHEAD]
+            if ahead >= 0:
+                SG_PREFETCH(indices + indptr[ahead])
+                if data != NULL:
+                    SG_PREFETCH(data + indptr[ahead])
         row = rows[r]
         if row < 0:
+            r += 1
             continue
+        r_end = r + 1
+        while r_end < n_out and rows[r_end] == row + (r_end - r):
+            r_end += 1
+        src = indptr[row]
         q = out_indptr[r]
-        for p in range(indptr[row], indptr[row + 1]):
-            out_indices[q] = indices[p]
+        n = out_indptr[r_end] - q
+        if n > 8:
+            memcpy(out_indices + q, indices + src, <size_t>n * sizeof(int64_t))
             if data != NULL:
-                out_data[q] = data[p]
-            q += 1
+                memcpy(out_data + q, data + src, <size_t>n * sizeof(data_t))
+        else:
+            for p in range(n):
+                out_indices[q + p] = indices[src + p]
+            if data != NULL:
+                for p in range(n):
+                    out_data[q + p] = data[src + p]
+        r = r_end
 
 
 @cython.boundscheck(False)
@@ -500,55 +936,93 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
     a sequence of ``(indptr, indices, data, row_scale)``, ``data`` and
     ``row_scale`` may be ``None``; the result has the union pattern of the
     terms (structural zeros kept), sorted columns, and the dtype that numpy
-    promotion of all data and scales gives.  One pass over the rows with a
-    dense marker and accumulator of length ``n_cols``; a term whose own
-    product dtype is narrower than the result dtype is scaled with numpy first,
-    so that its rounding is the reference's.  Other value dtypes than
-    float32/64 and complex64/128 are handed to the reference kernel.
+    promotion of all data and scales gives.
+
+    One pass over the rows.  A row of at most 256 entries (all terms
+    together) is merged in a small buffer by sorting packed (column, slot)
+    keys, reusing the previous row's order when it still sorts the keys; a
+    longer row goes through a dense marker and accumulator of length
+    ``n_cols``, allocated only then.  The loop itself checks the indptr steps
+    and column bounds it relies on; on a failure the wrapper finds and reports
+    the bad entry.  A term whose own product dtype is narrower than the result
+    dtype is scaled with numpy first, so that its rounding is the reference's.
+    Other value dtypes than float32/64 and complex64/128 are handed to the
+    reference kernel.
     """
     cdef int64_t nr = _dim(n_rows, "n_rows"), nc = _dim(n_cols, "n_cols")
-    cdef int64_t nnz = 0, total = 0
+    cdef int64_t nnz = 0, total = 0, nnz_k
     cdef Py_ssize_t k, n_terms
-    cdef int kind = F64
-    cdef bint values = not pattern_only
+    cdef int kind = F64, tk, sk
+    cdef bint values = not pattern_only, known = True
+    cdef const int64_t* ip
     terms = list(terms)
     n_terms = len(terms)
     prepared = []
-    dtypes = []
+    kinds = []
     for k in range(n_terms):
         indptr, indices, data, scale = terms[k]
-        name = "merge_scaled term %d" % k
-        indptr = _as_index(indptr, name + " indptr")
-        indices = _as_index(indices, name + " indices")
-        _check_indptr(indptr, nr, indices.shape[0], name)
-        _check_range(indices, 0, nc, name + " column indices")
-        total += indices.shape[0]
+        # (error messages, and conversions, only off the fast path)
+        if not _is_index_array(indptr):
+            indptr = _as_index(indptr, "merge_scaled term %d indptr" % k)
+        if not _is_index_array(indices):
+            indices = _as_index(indices, "merge_scaled term %d indices" % k)
+        nnz_k = cnp.PyArray_DIM(<cnp.ndarray>indices, 0)
+        ip = <const int64_t*>_ptr(indptr)
+        # the loop checks the rest of indptr and the columns as it goes
+        if (cnp.PyArray_DIM(<cnp.ndarray>indptr, 0) != nr + 1 or ip[0] != 0
+                or ip[nr] != nnz_k):
+            _check_indptr_ends(indptr, nr, nnz_k, "merge_scaled term %d" % k)
+        total += nnz_k
         if values:
-            if data is not None:
-                data = _as_values(data, indices.shape[0], name + " data")
+            if data is not None and not _is_values(data, nnz_k):
+                data = _as_values(data, nnz_k, "merge_scaled term %d data" % k)
+            if scale is not None and not _is_values(scale, nr):
+                scale = _as_values(scale, nr, "merge_scaled term %d row_scale" % k)
+            # the kind of the reference's (ones or data) * scale
+            tk = F64 if data is None else _array_kind(data)
             if scale is not None:
-                scale = _as_values(scale, nr, name + " row_scale")
-            # the dtype of the reference's (ones or data) * scale
-            dtypes.append(np.result_type(np.float64 if data is None else data.dtype,
-                                         *(() if scale is None else (scale.dtype,))))
+                sk = _array_kind(scale)
+                tk = tk | sk if tk >= 0 and sk >= 0 else -1
+            known = known and tk >= 0
+            kinds.append(tk)
+        else:
+            data = scale = None
         prepared.append([indptr, indices, data, scale])
     out_dtype = None
     if values:
-        out_dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
-        kind = _kind(out_dtype)
-        if kind < 0:
-            return _reference.merge_scaled(nr, nc, [tuple(t) for t in prepared],
-                                           pattern_only)
+        if known:
+            # promotion among float32/64, complex64/128 is the bitwise or of
+            # their codes (bit 0: double precision, bit 1: complex)
+            kind = F32 if n_terms else F64
+            for tk in kinds:
+                kind |= tk
+            out_dtype = _KIND_DTYPES[kind]
+            narrow = [kinds[k] != kind for k in range(n_terms)]
+        else:
+            dtypes = [np.result_type(np.float64 if t[2] is None else t[2].dtype,
+                                     *(() if t[3] is None else (t[3].dtype,)))
+                      for t in prepared]
+            out_dtype = np.result_type(*dtypes)
+            kind = _kind(out_dtype)
+            if kind < 0:
+                _validate_terms(prepared, nr, nc)
+                return _reference.merge_scaled(nr, nc, [tuple(t) for t in prepared],
+                                               pattern_only)
+            narrow = [dt != out_dtype for dt in dtypes]
         for k in range(n_terms):
             indptr, indices, data, scale = prepared[k]
-            if scale is not None and dtypes[k] != out_dtype:
+            if scale is not None and narrow[k]:
                 # a product rounded in a narrower dtype than the result's
-                entry_rows = np.repeat(np.arange(nr, dtype=INDEX_DTYPE), np.diff(indptr))
-                data = (np.ones(indices.shape[0]) if data is None else data) * scale[entry_rows]
+                data = scale_rows(indptr, data, scale)
                 scale = None
-            if data is not None:
+            if data is not None and not (_array_kind(data) == kind
+                                         and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>data)):
                 data = np.ascontiguousarray(data, dtype=out_dtype)
-            if scale is not None:
+            if scale is not None and not (_array_kind(scale) == kind
+                                          and cnp.PyArray_ISALIGNED(<cnp.ndarray>scale)
+                                          and scale.strides[0] % scale.itemsize == 0):
+                # (a scale of the right dtype is read with its stride: a
+                # broadcast scalar, stride 0, is not copied)
                 scale = np.ascontiguousarray(scale, dtype=out_dtype)
             prepared[k][2] = data
             prepared[k][3] = scale
@@ -556,57 +1030,70 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
     bound = min(<object>total, <object>nr * <object>nc)
     out_indptr = np.empty(nr + 1, dtype=INDEX_DTYPE)
     out_indices = np.empty(bound, dtype=INDEX_DTYPE)
-    marker = np.full(nc, -1, dtype=INDEX_DTYPE)
-    out_data = acc = None
-    if values:
-        out_data = np.empty(bound, dtype=out_dtype)
-        acc = np.empty(nc, dtype=out_dtype)
+    out_data = np.empty(bound, dtype=out_dtype) if values else None
 
     cdef Py_ssize_t slots = n_terms if n_terms > 0 else 1
-    cdef const int64_t** ips = <const int64_t**>malloc(slots * sizeof(int64_t*))
-    cdef const int64_t** ixs = <const int64_t**>malloc(slots * sizeof(int64_t*))
-    cdef const void** ds = <const void**>malloc(slots * sizeof(void*))
-    cdef const void** ss = <const void**>malloc(slots * sizeof(void*))
-    cdef int64_t* mk = <int64_t*>_ptr(marker)
-    cdef void* ac = _ptr(acc)
+    cdef Term* ts = <Term*>malloc(slots * sizeof(Term))
+    cdef int64_t* cursor = <int64_t*>malloc(slots * sizeof(int64_t))
+    cdef Dense dense
     cdef int64_t* oip = <int64_t*>_ptr(out_indptr)
     cdef int64_t* oix = <int64_t*>_ptr(out_indices)
     cdef void* od = _ptr(out_data)
+    dense.marker = NULL
+    dense.acc = NULL
     try:
-        if ips == NULL or ixs == NULL or ds == NULL or ss == NULL:
+        if ts == NULL or cursor == NULL:
             raise MemoryError()
         for k in range(n_terms):
-            ips[k] = <const int64_t*>_ptr(prepared[k][0])
-            ixs[k] = <const int64_t*>_ptr(prepared[k][1])
-            ds[k] = _ptr(prepared[k][2])
-            ss[k] = _ptr(prepared[k][3])
+            ts[k].indptr = <const int64_t*>_ptr(prepared[k][0])
+            ts[k].indices = <const int64_t*>_ptr(prepared[k][1])
+            ts[k].data = _ptr(prepared[k][2])
+            ts[k].scale = _ptr(prepared[k][3])
+            ts[k].scale_step = 0
+            if prepared[k][3] is not None:
+                ts[k].scale_step = prepared[k][3].strides[0] // prepared[k][3].itemsize
+            ts[k].nnz = prepared[k][1].shape[0]
+            ts[k].mode = _term_mode(prepared[k][2], prepared[k][3], kind)
         with nogil:
             if kind == F32:
-                nnz = _merge_loop[float](nr, n_terms, ips, ixs, <const float**>ds,
-                                         <const float**>ss, values, mk, <float*>ac,
+                nnz = _merge_loop[float](nr, nc, n_terms, ts, values, cursor, &dense,
                                          oip, oix, <float*>od)
             elif kind == F64:
-                nnz = _merge_loop[double](nr, n_terms, ips, ixs, <const double**>ds,
-                                          <const double**>ss, values, mk, <double*>ac,
+                nnz = _merge_loop[double](nr, nc, n_terms, ts, values, cursor, &dense,
                                           oip, oix, <double*>od)
             elif kind == C64:
-                nnz = _merge_loop[complex64_t](nr, n_terms, ips, ixs,
-                                               <const complex64_t**>ds,
-                                               <const complex64_t**>ss, values, mk,
-                                               <complex64_t*>ac, oip, oix,
-                                               <complex64_t*>od)
+                nnz = _merge_loop[complex64_t](nr, nc, n_terms, ts, values, cursor, &dense,
+                                               oip, oix, <complex64_t*>od)
             else:
-                nnz = _merge_loop[complex128_t](nr, n_terms, ips, ixs,
-                                                <const complex128_t**>ds,
-                                                <const complex128_t**>ss, values, mk,
-                                                <complex128_t*>ac, oip, oix,
-                                                <complex128_t*>od)
+                nnz = _merge_loop[complex128_t](nr, nc, n_terms, ts, values, cursor, &dense,
+                                                oip, oix, <complex128_t*>od)
     finally:
-        free(ips)
-        free(ixs)
-        free(ds)
-        free(ss)
+        free(ts)
+        free(cursor)
+        _free_dense(&dense)
+    if nnz == -2:
+        raise MemoryError("merge_scaled: no memory for a dense row of %d columns" % nc)
+    if nnz < 0:
+        _validate_terms(prepared, nr, nc)
+        raise ValueError("merge_scaled: invalid CSR input")  # not reached
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
+
+
+cdef int _term_mode(data, scale, int kind):
+    if scale is None:
+        return ONES if data is None else DATA
+    if data is not None:
+        return DATA_SCALE
+    # 1 * x == x exactly for reals; complex scales go through the formula
+    return SCALE if kind == F32 or kind == F64 else ONES_SCALE
+
+
+cdef _validate_terms(prepared, int64_t nr, int64_t nc):
+    """Raise the error of the first invalid indptr or column index of the terms."""
+    for k, (indptr, indices, _, _) in enumerate(prepared):
+        name = "merge_scaled term %d" % k
+        _check_indptr(indptr, nr, indices.shape[0], name)
+        _check_range(indices, 0, nc, name + " column indices")
 
 
 def gather_rows(indptr, indices, data, rows):
@@ -614,10 +1101,11 @@ def gather_rows(indptr, indices, data, rows):
 
     Contract of :func:`sparsegrad._fast._reference.gather_rows`: ``rows`` in
     ``[-1, n_rows)``, repeats allowed; ``data=None`` gives ``None`` data.
-    Value dtypes other than float32/64 and complex64/128 are handed to the
-    reference kernel.
+    One pass for the row pointers (checking the rows), one copying the rows,
+    runs of consecutive source rows in one piece.  Value dtypes other than
+    float32/64 and complex64/128 are handed to the reference kernel.
     """
-    cdef int64_t n_src, n_out, nnz
+    cdef int64_t n_src, n_out, nnz, status
     cdef int kind = F64
     indptr = _as_index(indptr, "indptr")
     indices = _as_index(indices, "indices")
@@ -626,11 +1114,11 @@ def gather_rows(indptr, indices, data, rows):
         raise ValueError("indptr must have at least one entry")
     n_src = indptr.shape[0] - 1
     _check_indptr(indptr, n_src, indices.shape[0], "gather_rows source")
-    _check_range(rows, -1, n_src, "rows")
     if data is not None:
         data = _as_values(data, indices.shape[0], "data")
         kind = _kind(data.dtype)
         if kind < 0:
+            _check_range(rows, -1, n_src, "rows")
             return _reference.gather_rows(indptr, indices, data, rows)
         data = np.ascontiguousarray(data)
     n_out = rows.shape[0]
@@ -641,7 +1129,9 @@ def gather_rows(indptr, indices, data, rows):
     cdef void* d = _ptr(data)
     cdef int64_t* oip = <int64_t*>_ptr(out_indptr)
     with nogil:
-        _gather_indptr(n_out, r, ip, oip)
+        status = _gather_indptr(n_out, r, n_src, ip, oip)
+    if status < 0:
+        _check_range(rows, -1, n_src, "rows")
     nnz = oip[n_out]
     out_indices = np.empty(nnz, dtype=INDEX_DTYPE)
     out_data = None if data is None else np.empty(nnz, dtype=data.dtype)
