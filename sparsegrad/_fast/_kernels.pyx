@@ -66,6 +66,24 @@ cdef extern from *:
     """
     void SG_PREFETCH(const void* p) noexcept nogil
 
+cdef extern from *:
+    """
+    /* index of the lowest set bit of a non-zero 64-bit word */
+    #if defined(__GNUC__) || defined(__clang__)
+    #define SG_CTZ64(x) ((int)__builtin_ctzll((unsigned long long)(x)))
+    #elif defined(_MSC_VER) && defined(_M_X64)
+    #include <intrin.h>
+    static __inline int SG_CTZ64(unsigned __int64 x) {
+        unsigned long i; _BitScanForward64(&i, x); return (int)i;
+    }
+    #else
+    static int SG_CTZ64(unsigned long long x) {
+        int i = 0; while (!(x & 1)) { x >>= 1; i++; } return i;
+    }
+    #endif
+    """
+    int SG_CTZ64(uint64_t x) noexcept nogil
+
 # how many rows ahead gather_rows prefetches (random row orders miss the cache)
 cdef enum:
     GATHER_AHEAD = 16
@@ -365,6 +383,7 @@ cdef enum:
     SHORT_ROW = 256          # 1 << KEY_SHIFT
     KEY_MASK = 255
     INSERTION_SORT_MAX = 16
+    WINDOW_MARGIN = 8        # window rows start this far before their first entry
 
 # largest n_cols whose packed keys fit in 64 bits
 cdef int64_t MAX_KEY_COLS = (<int64_t>1) << (63 - KEY_SHIFT)
@@ -550,45 +569,193 @@ cdef inline data_t _term_value(const Term* t, int64_t p, int64_t i, data_t one) 
     return one
 
 
+cdef inline void _window_add(uint64_t* window, data_t* wacc, uint64_t off,
+                             data_t v) noexcept nogil:
+    """Add ``v`` at place ``off`` of the window: the first value is stored as it is."""
+    cdef uint64_t bit = (<uint64_t>1) << off
+    if window[0] & bit:
+        wacc[off] = wacc[off] + v
+    else:
+        window[0] |= bit
+        wacc[off] = v
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t _window_row(int64_t i, Py_ssize_t n_terms, const Term* terms,
+                                const int64_t* los, const int64_t* his, bint values,
+                                int64_t n_cols, int64_t* lead, data_t* wacc,
+                                int64_t* out_indices, data_t* out_data,
+                                int64_t nnz) noexcept nogil:
+    """Write a short row whose columns all lie in a window of 64 columns.
+
+    The window starts WINDOW_MARGIN columns before where the row's smallest
+    column is expected: ``lead[0]`` columns after its first entry, as in the
+    previous row (``lead[0]`` is updated); a one-word bitmap marks the columns
+    present and ``wacc`` sums their values in the order they come (term by
+    term).  Returns the new entry count, -1 if some column falls outside the
+    window (nothing is written then), -2 if a column lies outside
+    ``[0, n_cols)``.
+    """
+    cdef Py_ssize_t k
+    cdef int64_t p, lo, hi, col
+    cdef const Term* t
+    cdef const int64_t* ix
+    cdef const data_t* d
+    cdef data_t one = 1, sc
+    cdef uint64_t first, base, off, window = 0
+    cdef int mode
+    k = 0
+    while los[k] == his[k]:
+        k += 1
+    first = <uint64_t>terms[k].indices[los[k]]
+    base = first + <uint64_t>lead[0] - WINDOW_MARGIN
+    for k in range(n_terms):
+        lo = los[k]
+        hi = his[k]
+        if lo == hi:
+            continue
+        t = &terms[k]
+        ix = t.indices
+        if not values:
+            for p in range(lo, hi):
+                off = <uint64_t>ix[p] - base
+                if off >= 64:
+                    return -1
+                window |= (<uint64_t>1) << off
+            continue
+        mode = t.mode
+        d = <const data_t*>t.data
+        sc = one
+        if mode == SCALE or mode == DATA_SCALE:
+            sc = (<const data_t*>t.scale)[i * t.scale_step]
+        elif mode == ONES_SCALE:
+            sc = _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
+        # (one loop per value formula: the formula is fixed within a term)
+        if mode == DATA:
+            for p in range(lo, hi):
+                off = <uint64_t>ix[p] - base
+                if off >= 64:
+                    return -1
+                _window_add(&window, wacc, off, d[p])
+        elif mode == DATA_SCALE:
+            for p in range(lo, hi):
+                off = <uint64_t>ix[p] - base
+                if off >= 64:
+                    return -1
+                _window_add(&window, wacc, off, _mul(d[p], sc))
+        else:
+            for p in range(lo, hi):
+                off = <uint64_t>ix[p] - base
+                if off >= 64:
+                    return -1
+                _window_add(&window, wacc, off, sc)
+    lead[0] = <int64_t>(base + <uint64_t>SG_CTZ64(window) - first)
+    while window:
+        off = <uint64_t>SG_CTZ64(window)
+        window &= window - 1
+        col = <int64_t>(base + off)
+        if <uint64_t>col >= <uint64_t>n_cols:
+            return -2
+        out_indices[nnz] = col
+        if values:
+            out_data[nnz] = wacc[off]
+        nnz += 1
+    return nnz
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline uint64_t _gather_run(const Term* t, int64_t lo, int64_t n, int64_t i, int64_t m,
+                                 bint values, uint64_t* keys, data_t* vals,
+                                 uint64_t bits) noexcept nogil:
+    """Append the ``n`` entries of term ``t`` from ``lo`` (row ``i``) at slot ``m``
+    of the key and value buffers; return ``bits`` or-ed with their columns."""
+    cdef const int64_t* ix = t.indices + lo
+    cdef const data_t* d
+    cdef data_t one = 1, sc
+    cdef int64_t p, c
+    cdef uint64_t key = <uint64_t>m
+    if n == 1:
+        c = ix[0]
+        bits |= <uint64_t>c
+        keys[m] = (<uint64_t>c << KEY_SHIFT) | key
+        if values:
+            vals[m] = _term_value(t, lo, i, one)
+        return bits
+    for p in range(n):
+        c = ix[p]
+        bits |= <uint64_t>c
+        keys[m + p] = (<uint64_t>c << KEY_SHIFT) | key
+        key += 1
+    if values:
+        if t.mode == DATA:
+            d = <const data_t*>t.data + lo
+            for p in range(n):
+                vals[m + p] = d[p]
+        elif t.mode == DATA_SCALE:
+            d = <const data_t*>t.data + lo
+            sc = (<const data_t*>t.scale)[i * t.scale_step]
+            for p in range(n):
+                vals[m + p] = _mul(d[p], sc)
+        else:
+            sc = _term_value(t, lo, i, one)
+            for p in range(n):
+                vals[m + p] = sc
+    return bits
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
-                         const Term* terms, bint values, int64_t* cursor, Dense* dense,
-                         int64_t* out_indptr, int64_t* out_indices,
+                         const Term* terms, bint values, int64_t* los, int64_t* his,
+                         Dense* dense, int64_t* out_indptr, int64_t* out_indices,
                          data_t* out_data) noexcept nogil:
     """Merge the terms row by row; return nnz, -1 for invalid input, -2 out of memory.
 
-    A row of at most SHORT_ROW entries (all terms together) is gathered, term
-    by term, as packed keys and values into small buffers, then written in
-    key order: by the previous row's order when it still sorts the keys (the
-    usual case for stencils and shifted selections), else after sorting the
-    keys.  A longer row goes through the dense marker and accumulator.
+    Each row first reads every term's extent ``[los[k], his[k])`` (checking
+    the indptr step).  A row of at most SHORT_ROW entries (all terms together)
+    is written by one of two methods:
+
+    * window: when the previous row's columns spanned little (bands), the
+      values are summed straight into a 64-column window (:func:`_window_row`);
+    * keys: otherwise, or when a column falls outside the window, the row is
+      gathered, term by term, as packed keys and values into small buffers,
+      then written in key order: by the previous row's order when it still
+      sorts the keys (stencils, shifted selections), else after sorting them.
+
+    A longer row goes through the dense marker and accumulator.
 
     Checks what it relies on before relying on it: every indptr step is
     non-negative and stays within its term's entries, every column lies in
     ``[0, n_cols)`` (``indptr[0] == 0`` is the wrapper's).  On -1 the output
-    is garbage.  ``cursor`` has room for one position per term.
+    is garbage.  ``los`` and ``his`` have room for one position per term.
     """
     cdef int64_t i, p, lo, hi, n, m, j, c, nnz = 0, start, prev_m = -1, got
+    cdef int64_t cmin, cmax
     cdef Py_ssize_t k
     cdef const Term* t
     cdef const int64_t* ix
     cdef const data_t* d
+    cdef int64_t* swap
     cdef data_t one = 1, sc = 1
     cdef uint64_t key, bits = 0
     cdef uint64_t ncols = <uint64_t>n_cols
     cdef int64_t short_max = SHORT_ROW if n_cols <= MAX_KEY_COLS else 0
+    cdef bint try_window = True
+    cdef int64_t lead = 0
     cdef uint64_t keys[SHORT_ROW]
     cdef uint64_t sorted_keys[SHORT_ROW]
     cdef uint64_t tmp[SHORT_ROW]
     cdef int64_t bounds[SHORT_ROW + 1]
     cdef uint8_t perm[SHORT_ROW]
     cdef data_t vals[SHORT_ROW]
+    cdef data_t wacc[64]
     cdef int64_t* marker
     cdef data_t* acc
 
     for k in range(n_terms):
-        cursor[k] = 0
+        his[k] = 0
     out_indptr[0] = 0
     for i in range(n_rows):
         start = nnz
@@ -597,87 +764,96 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
             for k in range(n_terms):
                 t = &terms[k]
                 SG_PREFETCH(t.indptr + i + 64)
-                if cursor[k] + 64 < t.nnz:
-                    SG_PREFETCH(t.indices + cursor[k] + 64)
+                if his[k] + 64 < t.nnz:
+                    SG_PREFETCH(t.indices + his[k] + 64)
                     if values and t.data != NULL:
-                        SG_PREFETCH(<const data_t*>t.data + cursor[k] + 64)
+                        SG_PREFETCH(<const data_t*>t.data + his[k] + 64)
                 if values and t.scale != NULL and t.scale_step == 1:
                     SG_PREFETCH(<const data_t*>t.scale + i + 64)
-        # gather the packed keys (and values) of the row, term by term
+        # the extent of the row in every term: this row's los are the last
+        # row's his
+        swap = los
+        los = his
+        his = swap
         m = 0
-        for k in range(n_terms):
-            t = &terms[k]
-            lo = cursor[k]
-            hi = t.indptr[i + 1]
-            # lo <= nnz holds by induction from indptr[0] == 0
-            if <uint64_t>(hi - lo) > <uint64_t>(t.nnz - lo):
-                return -1
-            cursor[k] = hi
-            n = hi - lo
-            if n == 0:
-                continue
-            if m + n > short_max:
-                m += n              # a long row: gathered below
-                continue
-            ix = t.indices + lo
-            if n == 1:
-                c = ix[0]
-                bits |= <uint64_t>c
-                keys[m] = (<uint64_t>c << KEY_SHIFT) | <uint64_t>m
-                if values:
-                    vals[m] = _term_value(t, lo, i, one)
-                m += 1
-                continue
-            key = <uint64_t>m
-            for p in range(n):
-                c = ix[p]
-                bits |= <uint64_t>c
-                keys[m + p] = (<uint64_t>c << KEY_SHIFT) | key
-                key += 1
-            if values:
-                if t.mode == DATA:
-                    d = <const data_t*>t.data + lo
-                    for p in range(n):
-                        vals[m + p] = d[p]
-                elif t.mode == DATA_SCALE:
-                    d = <const data_t*>t.data + lo
-                    sc = (<const data_t*>t.scale)[i * t.scale_step]
-                    for p in range(n):
-                        vals[m + p] = _mul(d[p], sc)
-                else:
-                    sc = _term_value(t, lo, i, one)
-                    for p in range(n):
-                        vals[m + p] = sc
-            m += n
-        # every column gathered so far lies in [0, MAX_KEY_COLS) (so the keys
-        # hold it whole); the largest, written last, is checked below
-        if bits >= <uint64_t>MAX_KEY_COLS:
-            return -1
+        if not try_window:
+            # read the extents and gather the short row in one pass
+            for k in range(n_terms):
+                t = &terms[k]
+                lo = los[k]
+                hi = t.indptr[i + 1]
+                # lo <= nnz holds by induction from indptr[0] == 0
+                if <uint64_t>(hi - lo) > <uint64_t>(t.nnz - lo):
+                    return -1
+                his[k] = hi
+                n = hi - lo
+                if n and m + n <= short_max:
+                    bits = _gather_run(t, lo, n, i, m, values, keys, vals, bits)
+                m += n
+        else:
+            for k in range(n_terms):
+                t = &terms[k]
+                lo = los[k]
+                hi = t.indptr[i + 1]
+                if <uint64_t>(hi - lo) > <uint64_t>(t.nnz - lo):
+                    return -1
+                his[k] = hi
+                m += hi - lo
+            if m > 1 and m <= short_max:
+                got = _window_row(i, n_terms, terms, los, his, values, n_cols, &lead,
+                                  wacc, out_indices, out_data, nnz)
+                if got == -2:
+                    return -1
+                if got >= 0:
+                    out_indptr[i + 1] = got
+                    nnz = got
+                    continue
+            if m <= short_max:
+                # gather the packed keys (and values) of the row, term by term
+                m = 0
+                for k in range(n_terms):
+                    n = his[k] - los[k]
+                    if n:
+                        bits = _gather_run(&terms[k], los[k], n, i, m, values, keys, vals,
+                                           bits)
+                        m += n
         if m == 0:
-            pass
-        elif m == 1:
-            out_indices[nnz] = <int64_t>(keys[0] >> KEY_SHIFT)
-            if out_indices[nnz] >= n_cols:
+            out_indptr[i + 1] = nnz
+            continue
+        if m <= short_max:
+            # every column gathered lies in [0, MAX_KEY_COLS), so the keys hold
+            # it whole (the largest is checked against n_cols below)
+            if bits >= <uint64_t>MAX_KEY_COLS:
                 return -1
-            if values:
-                out_data[nnz] = vals[0]
-            nnz += 1
-        elif m <= short_max:
-            # the previous row's order usually fits; otherwise sort the keys
-            # and remember their order
-            got = -1
-            if m == prev_m:
-                got = _emit_row(keys, perm, m, values, vals, out_indices, out_data, nnz)
-            if got < 0:
-                memcpy(sorted_keys, keys, <size_t>m * sizeof(uint64_t))
-                _sort_keys(sorted_keys, m, tmp, bounds)
-                for j in range(m):
-                    perm[j] = <uint8_t>(sorted_keys[j] & KEY_MASK)
-                prev_m = m
-                got = _emit_row(keys, perm, m, values, vals, out_indices, out_data, nnz)
-            nnz = got
-            if out_indices[nnz - 1] >= n_cols:
+            if m == 1:
+                out_indices[nnz] = <int64_t>(keys[0] >> KEY_SHIFT)
+                if values:
+                    out_data[nnz] = vals[0]
+                nnz += 1
+            else:
+                # the previous row's order usually fits; otherwise sort the
+                # keys and remember their order
+                got = -1
+                if m == prev_m:
+                    got = _emit_row(keys, perm, m, values, vals, out_indices, out_data,
+                                    nnz)
+                if got < 0:
+                    memcpy(sorted_keys, keys, <size_t>m * sizeof(uint64_t))
+                    _sort_keys(sorted_keys, m, tmp, bounds)
+                    for j in range(m):
+                        perm[j] = <uint8_t>(sorted_keys[j] & KEY_MASK)
+                    prev_m = m
+                    got = _emit_row(keys, perm, m, values, vals, out_indices, out_data,
+                                    nnz)
+                nnz = got
+            cmin = out_indices[start]
+            cmax = out_indices[nnz - 1]
+            if cmax >= n_cols:
                 return -1
+            # try the window on the next row if this one would have fitted,
+            # placed as this row's columns are placed
+            try_window = cmax - cmin < 64 - 2 * WINDOW_MARGIN
+            lead = cmin - <int64_t>(keys[0] >> KEY_SHIFT)
         else:
             # a long row: Gustavson's dense marker and accumulator
             if dense.marker == NULL:
@@ -688,7 +864,7 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
             for k in range(n_terms):
                 t = &terms[k]
                 ix = t.indices
-                for p in range(t.indptr[i], t.indptr[i + 1]):
+                for p in range(los[k], his[k]):
                     c = ix[p]
                     if <uint64_t>c >= ncols:
                         return -1
@@ -1034,7 +1210,8 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
 
     cdef Py_ssize_t slots = n_terms if n_terms > 0 else 1
     cdef Term* ts = <Term*>malloc(slots * sizeof(Term))
-    cdef int64_t* cursor = <int64_t*>malloc(slots * sizeof(int64_t))
+    cdef int64_t* los = <int64_t*>malloc(slots * sizeof(int64_t))
+    cdef int64_t* his = <int64_t*>malloc(slots * sizeof(int64_t))
     cdef Dense dense
     cdef int64_t* oip = <int64_t*>_ptr(out_indptr)
     cdef int64_t* oix = <int64_t*>_ptr(out_indices)
@@ -1042,7 +1219,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
     dense.marker = NULL
     dense.acc = NULL
     try:
-        if ts == NULL or cursor == NULL:
+        if ts == NULL or los == NULL or his == NULL:
             raise MemoryError()
         for k in range(n_terms):
             ts[k].indptr = <const int64_t*>_ptr(prepared[k][0])
@@ -1056,20 +1233,21 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
             ts[k].mode = _term_mode(prepared[k][2], prepared[k][3], kind)
         with nogil:
             if kind == F32:
-                nnz = _merge_loop[float](nr, nc, n_terms, ts, values, cursor, &dense,
+                nnz = _merge_loop[float](nr, nc, n_terms, ts, values, los, his, &dense,
                                          oip, oix, <float*>od)
             elif kind == F64:
-                nnz = _merge_loop[double](nr, nc, n_terms, ts, values, cursor, &dense,
+                nnz = _merge_loop[double](nr, nc, n_terms, ts, values, los, his, &dense,
                                           oip, oix, <double*>od)
             elif kind == C64:
-                nnz = _merge_loop[complex64_t](nr, nc, n_terms, ts, values, cursor, &dense,
+                nnz = _merge_loop[complex64_t](nr, nc, n_terms, ts, values, los, his, &dense,
                                                oip, oix, <complex64_t*>od)
             else:
-                nnz = _merge_loop[complex128_t](nr, nc, n_terms, ts, values, cursor, &dense,
+                nnz = _merge_loop[complex128_t](nr, nc, n_terms, ts, values, los, his, &dense,
                                                 oip, oix, <complex128_t*>od)
     finally:
         free(ts)
-        free(cursor)
+        free(los)
+        free(his)
         _free_dense(&dense)
     if nnz == -2:
         raise MemoryError("merge_scaled: no memory for a dense row of %d columns" % nc)
