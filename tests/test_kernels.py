@@ -709,6 +709,27 @@ def test_compiled_merge_rejects_bad_entries_anywhere(compiled, rng):
         compiled.merge_scaled(n, n, [(indptr,) + good[1:]])
 
 
+@pytest.mark.parametrize("dtype", COMPILED_DTYPES)
+def test_compiled_coo_to_csr_paths(compiled, rng, dtype):
+    # banded rows (the window), spread rows (sorted keys), a row of 400
+    # entries (the dense marker), duplicates everywhere, in random order
+    n_rows, n_cols = 40, 1000
+    rows = np.concatenate([rng.integers(0, n_rows, 300), np.full(400, 7)]).astype(I64)
+    near = np.clip(rows * 20 + rng.integers(-5, 6, len(rows)), 0, n_cols - 1)
+    far = rng.integers(0, n_cols, len(rows))
+    cols = np.where(rng.random(len(rows)) < 0.7, near, far).astype(I64)
+    order = rng.permutation(len(rows))
+    rows, cols = rows[order], cols[order]
+    values = rng.standard_normal(len(rows)) * 1e8
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.standard_normal(len(rows))
+    values = values.astype(dtype)
+    for vals in (values, None):
+        result = call(compiled.coo_to_csr, n_rows, n_cols, rows, cols, vals)
+        check_canonical(result, (n_rows, n_cols))
+        assert_same_result(result, _reference.coo_to_csr(n_rows, n_cols, rows, cols, vals))
+
+
 def test_compiled_gather_rows_runs(compiled, rng):
     n = 30
     indptr, indices, data = _banded(rng, n, (-12, -6, -2, -1, 0, 1, 2, 6, 12))

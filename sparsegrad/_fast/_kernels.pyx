@@ -543,6 +543,47 @@ cdef inline int64_t _emit_row(const uint64_t* keys, const uint8_t* perm, int64_t
     return nnz + 1
 
 
+cdef struct Sorter:
+    # scratch of the short-row merge: the order of the last sorted row (its
+    # length prev_m and the slots in key order) and room to sort keys
+    int64_t prev_m
+    uint8_t perm[SHORT_ROW]
+    uint64_t sorted_keys[SHORT_ROW]
+    uint64_t tmp[SHORT_ROW]
+    int64_t bounds[SHORT_ROW + 1]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t _write_short_row(Sorter* so, const uint64_t* keys, int64_t m,
+                                     bint values, const data_t* vals,
+                                     int64_t* out_indices, data_t* out_data,
+                                     int64_t nnz) noexcept nogil:
+    """Write a row of ``1 <= m <= SHORT_ROW`` gathered keys (and values) in key
+    order, duplicates summed; return the new entry count.
+
+    The previous row's order is tried first (stencils, shifted selections give
+    rows alike); when it does not sort the keys, they are sorted and their
+    order remembered.
+    """
+    cdef int64_t got = -1, j
+    if m == 1:
+        out_indices[nnz] = <int64_t>(keys[0] >> KEY_SHIFT)
+        if values:
+            out_data[nnz] = vals[0]
+        return nnz + 1
+    if m == so.prev_m:
+        got = _emit_row(keys, so.perm, m, values, vals, out_indices, out_data, nnz)
+    if got < 0:
+        memcpy(so.sorted_keys, keys, <size_t>m * sizeof(uint64_t))
+        _sort_keys(so.sorted_keys, m, so.tmp, so.bounds)
+        for j in range(m):
+            so.perm[j] = <uint8_t>(so.sorted_keys[j] & KEY_MASK)
+        so.prev_m = m
+        got = _emit_row(keys, so.perm, m, values, vals, out_indices, out_data, nnz)
+    return got
+
+
 # how a term's values are formed (Term.mode)
 cdef enum:
     ONES = 0            # data None, no scale
@@ -666,6 +707,47 @@ cdef inline int64_t _window_row(int64_t i, Py_ssize_t n_terms, const Term* terms
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+cdef inline int64_t _window_run(const int64_t* cols, const data_t* vals, int64_t m,
+                                bint values, int64_t n_cols, int64_t* lead,
+                                data_t* wacc, int64_t* out_indices, data_t* out_data,
+                                int64_t nnz) noexcept nogil:
+    """:func:`_window_row` for a row held as ``m`` columns and values in a row:
+    the window starts WINDOW_MARGIN columns before ``cols[0] + lead[0]``.
+    Returns the new entry count, -1 if a column falls outside the window
+    (nothing written), -2 if one lies outside ``[0, n_cols)``.  The output may
+    overwrite ``cols`` and ``vals``: it is written after they are read."""
+    cdef int64_t p, col
+    cdef uint64_t first = <uint64_t>cols[0]
+    cdef uint64_t base = first + <uint64_t>lead[0] - WINDOW_MARGIN
+    cdef uint64_t off, window = 0
+    if values:
+        for p in range(m):
+            off = <uint64_t>cols[p] - base
+            if off >= 64:
+                return -1
+            _window_add(&window, wacc, off, vals[p])
+    else:
+        for p in range(m):
+            off = <uint64_t>cols[p] - base
+            if off >= 64:
+                return -1
+            window |= (<uint64_t>1) << off
+    lead[0] = <int64_t>(base + <uint64_t>SG_CTZ64(window) - first)
+    while window:
+        off = <uint64_t>SG_CTZ64(window)
+        window &= window - 1
+        col = <int64_t>(base + off)
+        if <uint64_t>col >= <uint64_t>n_cols:
+            return -2
+        out_indices[nnz] = col
+        if values:
+            out_data[nnz] = wacc[off]
+        nnz += 1
+    return nnz
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef inline uint64_t _gather_run(const Term* t, int64_t lo, int64_t n, int64_t i, int64_t m,
                                  bint values, uint64_t* keys, data_t* vals,
                                  uint64_t bits) noexcept nogil:
@@ -731,7 +813,7 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
     ``[0, n_cols)`` (``indptr[0] == 0`` is the wrapper's).  On -1 the output
     is garbage.  ``los`` and ``his`` have room for one position per term.
     """
-    cdef int64_t i, p, lo, hi, n, m, j, c, nnz = 0, start, prev_m = -1, got
+    cdef int64_t i, p, lo, hi, n, m, c, nnz = 0, start, got
     cdef int64_t cmin, cmax
     cdef Py_ssize_t k
     cdef const Term* t
@@ -745,15 +827,13 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
     cdef bint try_window = True
     cdef int64_t lead = 0
     cdef uint64_t keys[SHORT_ROW]
-    cdef uint64_t sorted_keys[SHORT_ROW]
-    cdef uint64_t tmp[SHORT_ROW]
-    cdef int64_t bounds[SHORT_ROW + 1]
-    cdef uint8_t perm[SHORT_ROW]
     cdef data_t vals[SHORT_ROW]
     cdef data_t wacc[64]
+    cdef Sorter so
     cdef int64_t* marker
     cdef data_t* acc
 
+    so.prev_m = -1
     for k in range(n_terms):
         his[k] = 0
     out_indptr[0] = 0
@@ -825,27 +905,7 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
             # it whole (the largest is checked against n_cols below)
             if bits >= <uint64_t>MAX_KEY_COLS:
                 return -1
-            if m == 1:
-                out_indices[nnz] = <int64_t>(keys[0] >> KEY_SHIFT)
-                if values:
-                    out_data[nnz] = vals[0]
-                nnz += 1
-            else:
-                # the previous row's order usually fits; otherwise sort the
-                # keys and remember their order
-                got = -1
-                if m == prev_m:
-                    got = _emit_row(keys, perm, m, values, vals, out_indices, out_data,
-                                    nnz)
-                if got < 0:
-                    memcpy(sorted_keys, keys, <size_t>m * sizeof(uint64_t))
-                    _sort_keys(sorted_keys, m, tmp, bounds)
-                    for j in range(m):
-                        perm[j] = <uint8_t>(sorted_keys[j] & KEY_MASK)
-                    prev_m = m
-                    got = _emit_row(keys, perm, m, values, vals, out_indices, out_data,
-                                    nnz)
-                nnz = got
+            nnz = _write_short_row(&so, keys, m, values, vals, out_indices, out_data, nnz)
             cmin = out_indices[start]
             cmax = out_indices[nnz - 1]
             if cmax >= n_cols:
@@ -960,28 +1020,63 @@ cdef int64_t _matmul_bound(int64_t n_rows, int64_t n_cols, const int64_t* a_indp
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _matmul_loop(int64_t n_rows, const int64_t* a_indptr,
+cdef int64_t _matmul_loop(int64_t n_rows, int64_t n_cols, const int64_t* a_indptr,
                           const int64_t* a_indices, const data_t* a_data,
                           const int64_t* b_indptr, const int64_t* b_indices,
-                          const data_t* b_data, bint values, int64_t* marker,
-                          data_t* acc, int64_t* out_indptr, int64_t* out_indices,
+                          const data_t* b_data, bint values, Dense* dense,
+                          int64_t* out_indptr, int64_t* out_indices,
                           data_t* out_data) noexcept nogil:
-    # Gustavson's row-by-row product; a product b_kj * a_ik (the reference's
-    # operand order) is added in the order of k, as the reference adds it.
-    cdef int64_t i, k, p, q, start, nnz = 0
+    """Row by row: the products of a row, b_kj * a_ik (the reference's operand
+    order) in the order of k, then of j, are merged as in ``merge_scaled``
+    (sorted keys for a short row, the dense marker, allocated then, for a long
+    one).  Returns nnz, or -2 out of memory."""
+    cdef int64_t i, k, p, q, m, c, start, nnz = 0
+    cdef uint64_t key
     cdef data_t one = 1, a_ik = 1, prod = 1
+    cdef int64_t short_max = SHORT_ROW if n_cols <= MAX_KEY_COLS else 0
+    cdef uint64_t keys[SHORT_ROW]
+    cdef data_t vals[SHORT_ROW]
+    cdef Sorter so
+    cdef int64_t* marker
+    cdef data_t* acc
+    so.prev_m = -1
     out_indptr[0] = 0
     for i in range(n_rows):
         start = nnz
+        m = 0
         for p in range(a_indptr[i], a_indptr[i + 1]):
             k = a_indices[p]
-            if values:
-                a_ik = a_data[p] if a_data != NULL else one
-            for q in range(b_indptr[k], b_indptr[k + 1]):
+            m += b_indptr[k + 1] - b_indptr[k]
+        if m == 0:
+            pass
+        elif m <= short_max:
+            m = 0
+            for p in range(a_indptr[i], a_indptr[i + 1]):
+                k = a_indices[p]
                 if values:
-                    prod = _mul(b_data[q] if b_data != NULL else one, a_ik)
-                nnz = _add_entry(i, b_indices[q], prod, values, marker, acc, out_indices, nnz)
-        _finish_row(start, nnz, values, acc, out_indices, out_data)
+                    a_ik = a_data[p] if a_data != NULL else one
+                for q in range(b_indptr[k], b_indptr[k + 1]):
+                    keys[m] = (<uint64_t>b_indices[q] << KEY_SHIFT) | <uint64_t>m
+                    if values:
+                        vals[m] = _mul(b_data[q] if b_data != NULL else one, a_ik)
+                    m += 1
+            nnz = _write_short_row(&so, keys, m, values, vals, out_indices, out_data, nnz)
+        else:
+            if dense.marker == NULL:
+                if _alloc_dense(dense, n_cols, sizeof(data_t), values) < 0:
+                    return -2
+            marker = dense.marker
+            acc = <data_t*>dense.acc
+            for p in range(a_indptr[i], a_indptr[i + 1]):
+                k = a_indices[p]
+                if values:
+                    a_ik = a_data[p] if a_data != NULL else one
+                for q in range(b_indptr[k], b_indptr[k + 1]):
+                    if values:
+                        prod = _mul(b_data[q] if b_data != NULL else one, a_ik)
+                    nnz = _add_entry(i, b_indices[q], prod, values, marker, acc,
+                                     out_indices, nnz)
+            _finish_row(start, nnz, values, acc, out_indices, out_data)
         out_indptr[i + 1] = nnz
     return nnz
 
@@ -1004,39 +1099,95 @@ cdef void _scale_loop(int64_t n_rows, const int64_t* indptr, const data_t* data,
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _coo_loop(int64_t n_rows, int64_t nnz_in, const int64_t* rows,
+cdef int64_t _coo_loop(int64_t n_rows, int64_t n_cols, int64_t nnz_in, const int64_t* rows,
                        const int64_t* cols, const data_t* vals, int64_t* head,
-                       int64_t* perm, int64_t* marker, data_t* acc,
-                       int64_t* out_indptr, int64_t* out_indices,
+                       Dense* dense, int64_t* out_indptr, int64_t* out_indices,
                        data_t* out_data) noexcept nogil:
-    # Stable counting sort of the entries by row into perm (head[r] is where
-    # row r starts), then per row: sum duplicates in input order (the order of
-    # the reference's stable sort) and sort the distinct columns.
-    cdef int64_t i, e, p, start, nnz = 0
-    cdef bint values = vals != NULL
+    """A stable counting sort moves the entries into their rows, in the output
+    arrays themselves (``head[r]`` is where row r starts); then row by row the
+    duplicates are summed in input order (the order of the reference's stable
+    sort) and the columns sorted, as in ``merge_scaled``, the result written
+    over the staging place (never ahead of what is still to be read).
+    Returns nnz, -1 if a row or column is out of range, -2 out of memory."""
+    cdef int64_t i, e, p, r, m, c, start, lo, hi, got, nnz = 0, lead = 0
+    cdef uint64_t bad = 0
+    cdef bint values = vals != NULL, try_window = True
+    cdef data_t wacc[64]
     cdef data_t v = 0
+    cdef int64_t short_max = SHORT_ROW if n_cols <= MAX_KEY_COLS else 0
+    cdef uint64_t keys[SHORT_ROW]
+    cdef data_t row_vals[SHORT_ROW]
+    cdef Sorter so
+    cdef int64_t* marker
+    cdef data_t* acc
+    so.prev_m = -1
     for i in range(n_rows + 1):
         head[i] = 0
     for e in range(nnz_in):
-        head[rows[e] + 1] += 1
+        r = rows[e]
+        if <uint64_t>r >= <uint64_t>n_rows:
+            return -1
+        head[r + 1] += 1
     for i in range(n_rows):
         head[i + 1] += head[i]
     for e in range(nnz_in):          # head[r] is row r's cursor here
-        perm[head[rows[e]]] = e
-        head[rows[e]] += 1
-    for i in range(n_rows, 0, -1):   # cursors have reached the next row's start
-        head[i] = head[i - 1]
-    head[0] = 0
-    out_indptr[0] = 0
-    for i in range(n_rows):
-        start = nnz
-        for p in range(head[i], head[i + 1]):
-            e = perm[p]
+        if e + 2 * GATHER_AHEAD < nnz_in:
+            # random rows: fetch the cursors, then the places they point at
+            SG_PREFETCH(head + rows[e + 2 * GATHER_AHEAD])
+        if e + GATHER_AHEAD < nnz_in:
+            r = head[rows[e + GATHER_AHEAD]]
+            SG_PREFETCH(out_indices + r)
             if values:
-                v = vals[e]
-            nnz = _add_entry(i, cols[e], v, values, marker, acc, out_indices, nnz)
-        _finish_row(start, nnz, values, acc, out_indices, out_data)
+                SG_PREFETCH(out_data + r)
+        r = rows[e]
+        p = head[r]
+        head[r] = p + 1
+        c = cols[e]
+        bad |= <uint64_t>c >= <uint64_t>n_cols
+        out_indices[p] = c
+        if values:
+            out_data[p] = vals[e]
+    if bad:
+        return -1
+    out_indptr[0] = 0
+    lo = 0                           # cursors have reached the next row's start
+    for i in range(n_rows):
+        hi = head[i]
+        start = nnz
+        m = hi - lo
+        if m == 0:
+            pass
+        elif m <= short_max:
+            got = -1
+            if try_window and m > 1:
+                got = _window_run(out_indices + lo, out_data + lo if values else NULL, m,
+                                  values, n_cols, &lead, wacc, out_indices, out_data, nnz)
+            if got >= 0:
+                nnz = got
+            else:
+                for p in range(m):
+                    keys[p] = (<uint64_t>out_indices[lo + p] << KEY_SHIFT) | <uint64_t>p
+                if values:
+                    for p in range(m):
+                        row_vals[p] = out_data[lo + p]
+                nnz = _write_short_row(&so, keys, m, values, row_vals, out_indices,
+                                       out_data, nnz)
+                # try the window on the next row if this one would have fitted
+                try_window = out_indices[nnz - 1] - out_indices[start] < 64 - 2 * WINDOW_MARGIN
+                lead = out_indices[start] - <int64_t>(keys[0] >> KEY_SHIFT)
+        else:
+            if dense.marker == NULL:
+                if _alloc_dense(dense, n_cols, sizeof(data_t), values) < 0:
+                    return -2
+            marker = dense.marker
+            acc = <data_t*>dense.acc
+            for p in range(lo, hi):
+                if values:
+                    v = out_data[p]
+                nnz = _add_entry(i, out_indices[p], v, values, marker, acc, out_indices, nnz)
+            _finish_row(start, nnz, values, acc, out_indices, out_data)
         out_indptr[i + 1] = nnz
+        lo = hi
     return nnz
 
 
@@ -1061,47 +1212,53 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     nnz_in = rows.shape[0]
     if cols.shape[0] != nnz_in:
         raise ValueError("rows and cols differ in length: %d and %d" % (nnz_in, cols.shape[0]))
-    _check_range(rows, 0, nr, "rows")
-    _check_range(cols, 0, nc, "cols")
+    # the loop checks rows and columns as it goes
     if values is not None:
         values = _as_values(values, nnz_in, "values")
         kind = _kind(values.dtype)
         if kind < 0:
+            _check_range(rows, 0, nr, "rows")
+            _check_range(cols, 0, nc, "cols")
             return _reference.coo_to_csr(nr, nc, rows, cols, values)
         values = np.ascontiguousarray(values)
     head = np.empty(nr + 1, dtype=INDEX_DTYPE)
-    perm = np.empty(nnz_in, dtype=INDEX_DTYPE)
-    marker = np.full(nc, -1, dtype=INDEX_DTYPE)
     out_indptr = np.empty(nr + 1, dtype=INDEX_DTYPE)
     out_indices = np.empty(nnz_in, dtype=INDEX_DTYPE)
-    out_data = acc = None
+    out_data = None
     if values is not None:
         out_data = np.empty(nnz_in, dtype=values.dtype)
-        acc = np.empty(nc, dtype=values.dtype)
     cdef const int64_t* r = <const int64_t*>_ptr(rows)
     cdef const int64_t* c = <const int64_t*>_ptr(cols)
     cdef void* v = _ptr(values)
     cdef int64_t* h = <int64_t*>_ptr(head)
-    cdef int64_t* pm = <int64_t*>_ptr(perm)
-    cdef int64_t* mk = <int64_t*>_ptr(marker)
-    cdef void* ac = _ptr(acc)
     cdef int64_t* oip = <int64_t*>_ptr(out_indptr)
     cdef int64_t* oix = <int64_t*>_ptr(out_indices)
     cdef void* od = _ptr(out_data)
-    with nogil:
-        if kind == F32:
-            nnz = _coo_loop[float](nr, nnz_in, r, c, <const float*>v, h, pm, mk,
-                                   <float*>ac, oip, oix, <float*>od)
-        elif kind == F64:
-            nnz = _coo_loop[double](nr, nnz_in, r, c, <const double*>v, h, pm, mk,
-                                    <double*>ac, oip, oix, <double*>od)
-        elif kind == C64:
-            nnz = _coo_loop[complex64_t](nr, nnz_in, r, c, <const complex64_t*>v, h, pm,
-                                         mk, <complex64_t*>ac, oip, oix, <complex64_t*>od)
-        else:
-            nnz = _coo_loop[complex128_t](nr, nnz_in, r, c, <const complex128_t*>v, h, pm,
-                                          mk, <complex128_t*>ac, oip, oix,
-                                          <complex128_t*>od)
+    cdef Dense dense
+    dense.marker = NULL
+    dense.acc = NULL
+    try:
+        with nogil:
+            if kind == F32:
+                nnz = _coo_loop[float](nr, nc, nnz_in, r, c, <const float*>v, h, &dense,
+                                       oip, oix, <float*>od)
+            elif kind == F64:
+                nnz = _coo_loop[double](nr, nc, nnz_in, r, c, <const double*>v, h, &dense,
+                                        oip, oix, <double*>od)
+            elif kind == C64:
+                nnz = _coo_loop[complex64_t](nr, nc, nnz_in, r, c, <const complex64_t*>v, h,
+                                             &dense, oip, oix, <complex64_t*>od)
+            else:
+                nnz = _coo_loop[complex128_t](nr, nc, nnz_in, r, c, <const complex128_t*>v,
+                                              h, &dense, oip, oix, <complex128_t*>od)
+    finally:
+        _free_dense(&dense)
+    if nnz == -1:
+        _check_range(rows, 0, nr, "rows")
+        _check_range(cols, 0, nc, "cols")
+        raise ValueError("coo_to_csr: invalid coordinates")  # not reached
+    if nnz < 0:
+        raise MemoryError("coo_to_csr: no memory for a dense row of %d columns" % nc)
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
 
 
@@ -1383,36 +1540,41 @@ def matmul(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, n_cols,
         bound = _matmul_bound(n_rows, nc, aip, aix, bip)
     out_indptr = np.empty(n_rows + 1, dtype=INDEX_DTYPE)
     out_indices = np.empty(bound, dtype=INDEX_DTYPE)
-    marker = np.full(nc, -1, dtype=INDEX_DTYPE)
-    out_data = acc = None
+    out_data = None
     if values:
         out_data = np.empty(bound, dtype=out_dtype)
-        acc = np.empty(nc, dtype=out_dtype)
     cdef void* ad = _ptr(a_data)
     cdef void* bd = _ptr(b_data)
-    cdef int64_t* mk = <int64_t*>_ptr(marker)
-    cdef void* ac = _ptr(acc)
     cdef int64_t* oip = <int64_t*>_ptr(out_indptr)
     cdef int64_t* oix = <int64_t*>_ptr(out_indices)
     cdef void* od = _ptr(out_data)
-    with nogil:
-        if kind == F32:
-            nnz = _matmul_loop[float](n_rows, aip, aix, <const float*>ad, bip, bix,
-                                      <const float*>bd, values, mk, <float*>ac, oip, oix,
-                                      <float*>od)
-        elif kind == F64:
-            nnz = _matmul_loop[double](n_rows, aip, aix, <const double*>ad, bip, bix,
-                                       <const double*>bd, values, mk, <double*>ac, oip,
-                                       oix, <double*>od)
-        elif kind == C64:
-            nnz = _matmul_loop[complex64_t](n_rows, aip, aix, <const complex64_t*>ad, bip,
-                                            bix, <const complex64_t*>bd, values, mk,
-                                            <complex64_t*>ac, oip, oix, <complex64_t*>od)
-        else:
-            nnz = _matmul_loop[complex128_t](n_rows, aip, aix, <const complex128_t*>ad,
-                                             bip, bix, <const complex128_t*>bd, values, mk,
-                                             <complex128_t*>ac, oip, oix,
-                                             <complex128_t*>od)
+    cdef Dense dense
+    dense.marker = NULL
+    dense.acc = NULL
+    try:
+        with nogil:
+            if kind == F32:
+                nnz = _matmul_loop[float](n_rows, nc, aip, aix, <const float*>ad, bip, bix,
+                                          <const float*>bd, values, &dense, oip, oix,
+                                          <float*>od)
+            elif kind == F64:
+                nnz = _matmul_loop[double](n_rows, nc, aip, aix, <const double*>ad, bip,
+                                           bix, <const double*>bd, values, &dense, oip,
+                                           oix, <double*>od)
+            elif kind == C64:
+                nnz = _matmul_loop[complex64_t](n_rows, nc, aip, aix,
+                                                <const complex64_t*>ad, bip, bix,
+                                                <const complex64_t*>bd, values, &dense,
+                                                oip, oix, <complex64_t*>od)
+            else:
+                nnz = _matmul_loop[complex128_t](n_rows, nc, aip, aix,
+                                                 <const complex128_t*>ad, bip, bix,
+                                                 <const complex128_t*>bd, values, &dense,
+                                                 oip, oix, <complex128_t*>od)
+    finally:
+        _free_dense(&dense)
+    if nnz < 0:
+        raise MemoryError("matmul: no memory for a dense row of %d columns" % nc)
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
 
 
