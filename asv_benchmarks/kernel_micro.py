@@ -110,6 +110,20 @@ def cases(rng):
     out.append(("  same, pattern_only", entries,
                 lambda m, t=terms: m.merge_scaled(n, n, t, pattern_only=True)))
     src = banded(n, (-2, -1, 0, 1, 2), rng)
+    tri = banded(n, (-1, 0, 1), rng)
+    entries = int(np.diff(src[0])[tri[1]].sum())
+    out.append(("matmul 3-band @ 5-band, n=1e6", entries,
+                lambda m: m.matmul(*tri, *src, n)))
+    m_in = 5 * n
+    rows = rng.integers(0, n, m_in).astype(I64)
+    cols = np.clip(rows + rng.integers(-3, 4, m_in), 0, n - 1).astype(I64)
+    vals = rng.standard_normal(m_in)
+    order = np.argsort(rows, kind="stable")
+    out.append(("coo_to_csr 5e6 entries, rows in order", m_in,
+                lambda m, r=rows[order], c=cols[order], v=vals[order]:
+                m.coo_to_csr(n, n, r, c, v)))
+    out.append(("coo_to_csr 5e6 entries, random order", m_in,
+                lambda m, r=rows, c=cols, v=vals: m.coo_to_csr(n, n, r, c, v)))
     for label, rows in (("in order", np.arange(n, dtype=I64)),
                         ("reversed", np.arange(n, dtype=I64)[::-1].copy()),
                         ("random", rng.integers(0, n, n).astype(I64))):

@@ -743,6 +743,13 @@ def test_compiled_gather_rows_runs(compiled, rng):
         compiled.gather_rows(indptr, indices, data, np.array([0, 1, 2, n]))
     with pytest.raises(ValueError, match="rows"):
         compiled.gather_rows(indptr, indices, data, np.array([3, -2, 0]))
+    # a gathered row whose extent runs backwards or out of the entries
+    bad = np.array([0, 2, 1, 3])
+    for rows in ([1], [0, 1], [2, 1]):
+        with pytest.raises(ValueError, match="decreases"):
+            compiled.gather_rows(bad, np.arange(3), None, np.array(rows))
+    with pytest.raises(ValueError, match="decreases"):
+        compiled.gather_rows(np.array([0, 10, 3]), np.arange(3), None, np.array([1]))
 
 
 try:

@@ -939,9 +939,12 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int64_t _gather_indptr(int64_t n_out, const int64_t* rows, int64_t n_src,
-                            const int64_t* indptr, int64_t* out_indptr) noexcept nogil:
-    """Row pointers of the gathered matrix; -1 if a row lies outside ``[-1, n_src)``."""
-    cdef int64_t r, row, ahead, total = 0
+                            const int64_t* indptr, int64_t nnz,
+                            int64_t* out_indptr) noexcept nogil:
+    """Row pointers of the gathered matrix; -1 if a row lies outside ``[-1, n_src)``
+    or the extent of a gathered row is not within ``[0, nnz]`` (the rows that
+    are not gathered are not looked at)."""
+    cdef int64_t r, row, ahead, lo, hi, total = 0
     out_indptr[0] = 0
     for r in range(n_out):
         if r + GATHER_AHEAD < n_out:
@@ -952,7 +955,11 @@ cdef int64_t _gather_indptr(int64_t n_out, const int64_t* rows, int64_t n_src,
         if <uint64_t>(row + 1) > <uint64_t>n_src:
             return -1
         if row >= 0:
-            total += indptr[row + 1] - indptr[row]
+            lo = indptr[row]
+            hi = indptr[row + 1]
+            if <uint64_t>lo > <uint64_t>nnz or <uint64_t>(hi - lo) > <uint64_t>(nnz - lo):
+                return -1
+            total += hi - lo
         out_indptr[r + 1] = total
     return 0
 
@@ -1436,7 +1443,8 @@ def gather_rows(indptr, indices, data, rows):
 
     Contract of :func:`sparsegrad._fast._reference.gather_rows`: ``rows`` in
     ``[-1, n_rows)``, repeats allowed; ``data=None`` gives ``None`` data.
-    One pass for the row pointers (checking the rows), one copying the rows,
+    One pass for the row pointers (checking the rows and their extents: the
+    source rows that are not gathered are not read), one copying the rows,
     runs of consecutive source rows in one piece.  Value dtypes other than
     float32/64 and complex64/128 are handed to the reference kernel.
     """
@@ -1448,11 +1456,13 @@ def gather_rows(indptr, indices, data, rows):
     if indptr.shape[0] < 1:
         raise ValueError("indptr must have at least one entry")
     n_src = indptr.shape[0] - 1
-    _check_indptr(indptr, n_src, indices.shape[0], "gather_rows source")
+    # O(1) here; the extents of the gathered rows are checked as they are read
+    _check_indptr_ends(indptr, n_src, indices.shape[0], "gather_rows source")
     if data is not None:
         data = _as_values(data, indices.shape[0], "data")
         kind = _kind(data.dtype)
         if kind < 0:
+            _check_indptr(indptr, n_src, indices.shape[0], "gather_rows source")
             _check_range(rows, -1, n_src, "rows")
             return _reference.gather_rows(indptr, indices, data, rows)
         data = np.ascontiguousarray(data)
@@ -1463,10 +1473,13 @@ def gather_rows(indptr, indices, data, rows):
     cdef const int64_t* ix = <const int64_t*>_ptr(indices)
     cdef void* d = _ptr(data)
     cdef int64_t* oip = <int64_t*>_ptr(out_indptr)
+    cdef int64_t nnz_src = indices.shape[0]
     with nogil:
-        status = _gather_indptr(n_out, r, n_src, ip, oip)
+        status = _gather_indptr(n_out, r, n_src, ip, nnz_src, oip)
     if status < 0:
         _check_range(rows, -1, n_src, "rows")
+        _check_indptr(indptr, n_src, indices.shape[0], "gather_rows source")
+        raise ValueError("gather_rows: invalid input")  # not reached
     nnz = oip[n_out]
     out_indices = np.empty(nnz, dtype=INDEX_DTYPE)
     out_data = None if data is None else np.empty(nnz, dtype=data.dtype)
