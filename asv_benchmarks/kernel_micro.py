@@ -89,6 +89,28 @@ def cases(rng):
                         lambda m, t=terms, n=n: m.merge_scaled(n, n, t)))
             out.append(("  same, pattern_only", entries,
                         lambda m, t=terms, n=n: m.merge_scaled(n, n, t, pattern_only=True)))
+    # the shape of the 5-point Laplacian merge of a 1000 x 1000 Bratu problem:
+    # four shifted selections (boundary rows empty) with broadcast scalar
+    # scales, and the diagonal with a vector scale
+    side = 1000
+    n = side * side
+    grid = np.arange(n, dtype=I64).reshape(side, side)
+    terms = []
+    for shift, axis in ((-1, 0), (1, 0), (-1, 1), (1, 1)):
+        cols = np.roll(grid, shift, axis=axis)
+        keep = np.ones((side, side), dtype=bool)
+        if axis == 0:
+            keep[0 if shift == -1 else -1, :] = False
+        else:
+            keep[:, 0 if shift == -1 else -1] = False
+        indptr = np.zeros(n + 1, dtype=I64)
+        np.cumsum(keep.ravel(), out=indptr[1:])
+        terms.append((indptr, cols.ravel()[keep.ravel()], None,
+                      np.broadcast_to(np.float64(-1.0), (n,))))
+    terms.append(selection(n, 0) + (rng.standard_normal(n),))
+    entries = sum(len(t[1]) for t in terms)
+    out.append(("merge Bratu-like 5-point stencil, n=1e6", entries,
+                lambda m, t=terms: m.merge_scaled(n, n, t)))
     n = 1_000_000
     terms = [banded(n, (-1, 0, 1), rng) + (rng.standard_normal(n),) for _ in range(3)]
     entries = sum(len(t[1]) for t in terms)
