@@ -43,7 +43,7 @@ instructions on CPUs that have them and this module uses the textbook formula.
 """
 cimport cython
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -52,7 +52,7 @@ import operator
 import numpy as np
 
 from . import _reference
-from ._types cimport complex64_t, complex128_t, data_t
+from ._types cimport complex64_t, complex128_t, data_t, oindex_t
 
 cnp.import_array()
 
@@ -293,8 +293,9 @@ cdef inline data_t _mul(data_t x, data_t y) noexcept nogil:
         return x * y
 
 
-cdef inline void _sift_down(int64_t* a, int64_t root, int64_t n) noexcept nogil:
-    cdef int64_t child, top = a[root]
+cdef inline void _sift_down(oindex_t* a, int64_t root, int64_t n) noexcept nogil:
+    cdef int64_t child
+    cdef oindex_t top = a[root]
     while True:
         child = 2 * root + 1
         if child >= n:
@@ -308,13 +309,15 @@ cdef inline void _sift_down(int64_t* a, int64_t root, int64_t n) noexcept nogil:
     a[root] = top
 
 
-cdef void _sort_row(int64_t* a, int64_t n) noexcept nogil:
+cdef void _sort_row(oindex_t* a, int64_t n) noexcept nogil:
     """Sort the column numbers of one output row (distinct values).
 
     Rows are short and often nearly sorted (a merge of sorted runs), so
     insertion sort; heapsort bounds the cost of the rare long row.
     """
-    cdef int64_t p, q, x, end
+    cdef int64_t p, q, end
+    cdef oindex_t x
+    cdef bint in_order = True
     if n <= 32:
         for p in range(1, n):
             x = a[p]
@@ -324,7 +327,9 @@ cdef void _sort_row(int64_t* a, int64_t n) noexcept nogil:
                 q -= 1
             a[q + 1] = x
         return
-    if _first_decrease(a, n) < 0:
+    for p in range(1, n):
+        in_order &= a[p - 1] <= a[p]
+    if in_order:
         return
     p = n // 2 - 1
     while p >= 0:
@@ -340,7 +345,7 @@ cdef void _sort_row(int64_t* a, int64_t n) noexcept nogil:
 
 
 cdef inline int64_t _add_entry(int64_t i, int64_t j, data_t v, bint values,
-                               int64_t* marker, data_t* acc, int64_t* out_indices,
+                               int64_t* marker, data_t* acc, oindex_t* out_indices,
                                int64_t nnz) noexcept nogil:
     """Add ``v`` at column ``j`` of output row ``i``; return the new entry count.
 
@@ -360,7 +365,7 @@ cdef inline int64_t _add_entry(int64_t i, int64_t j, data_t v, bint values,
 
 
 cdef inline void _finish_row(int64_t start, int64_t nnz, bint values, const data_t* acc,
-                             int64_t* out_indices, data_t* out_data) noexcept nogil:
+                             oindex_t* out_indices, data_t* out_data) noexcept nogil:
     """Sort the columns of the row at ``[start, nnz)`` and write their sums."""
     cdef int64_t p
     _sort_row(out_indices + start, nnz - start)
@@ -505,7 +510,7 @@ cdef void _sort_keys(uint64_t* a, int64_t m, uint64_t* tmp, int64_t* bounds) noe
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef inline int64_t _emit_row(const uint64_t* keys, const uint8_t* perm, int64_t m,
-                              bint values, const data_t* vals, int64_t* out_indices,
+                              bint values, const data_t* vals, oindex_t* out_indices,
                               data_t* out_data, int64_t nnz) noexcept nogil:
     """Write a short row whose keys, in order, are ``keys[perm[0]], keys[perm[1]], ...``.
 
@@ -557,7 +562,7 @@ cdef struct Sorter:
 @cython.wraparound(False)
 cdef inline int64_t _write_short_row(Sorter* so, const uint64_t* keys, int64_t m,
                                      bint values, const data_t* vals,
-                                     int64_t* out_indices, data_t* out_data,
+                                     oindex_t* out_indices, data_t* out_data,
                                      int64_t nnz) noexcept nogil:
     """Write a row of ``1 <= m <= SHORT_ROW`` gathered keys (and values) in key
     order, duplicates summed; return the new entry count.
@@ -626,7 +631,7 @@ cdef inline void _window_add(uint64_t* window, data_t* wacc, uint64_t off,
 cdef inline int64_t _window_row(int64_t i, Py_ssize_t n_terms, const Term* terms,
                                 const int64_t* los, const int64_t* his, bint values,
                                 int64_t n_cols, int64_t* lead, data_t* wacc,
-                                int64_t* out_indices, data_t* out_data,
+                                oindex_t* out_indices, data_t* out_data,
                                 int64_t nnz) noexcept nogil:
     """Write a short row whose columns all lie in a window of 64 columns.
 
@@ -787,17 +792,56 @@ cdef inline uint64_t _gather_run(const Term* t, int64_t lo, int64_t n, int64_t i
     return bits
 
 
+# Rows where every term holds at most one entry (selections, shifted
+# selections, identities: most merges of stencil Jacobians) are merged a block
+# of rows at a time.  A gather pass, term by term (one memory stream at a
+# time, the value formula fixed within a term), writes one packed key
+# ``column << KEY_SHIFT | term`` (``SEL_EMPTY`` when the term's row is empty)
+# and one value per term and row; then each row is written in the order of
+# the previous row's keys, when that order still sorts them.
+cdef enum:
+    SEL_BLOCK_ENTRIES = 2048     # keys per block: rows per block = this // terms
+    SEL_MAX_TERMS = 128          # more terms than this: the general rows
+    SEL_MAX_SKIP = 64            # blocks skipped after a failed try, at most
+
+# the key column of an empty term row: above every valid column
+cdef uint64_t SEL_EMPTY_COL = ((<uint64_t>1) << (64 - KEY_SHIFT)) - 1
+
+
+cdef struct MergeState:
+    # everything one merge carries from row to row, and its scratch
+    int64_t* los                 # extent of the current row in each active term
+    int64_t* his
+    int64_t row_base             # result row of local row 0 (dense marker ids)
+    bint try_window
+    int64_t lead
+    int64_t skip                 # blocks before the block path is tried again
+    int64_t fails                # block path tries that failed in a row
+    int64_t sel_k                # terms the block path's order is for (-1: none)
+    Sorter so
+    uint64_t keys[SHORT_ROW]
+    double vals[2 * SHORT_ROW]   # room for SHORT_ROW complex128
+    double wacc[2 * 64]
+    uint8_t sel_perm[SEL_MAX_TERMS]
+    uint64_t sel_sorted[SEL_MAX_TERMS]
+    uint64_t bkeys[SEL_BLOCK_ENTRIES]
+    double bvals[2 * SEL_BLOCK_ENTRIES]
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
-                         const Term* terms, bint values, int64_t* los, int64_t* his,
-                         Dense* dense, int64_t* out_indptr, int64_t* out_indices,
-                         data_t* out_data) noexcept nogil:
-    """Merge the terms row by row; return nnz, -1 for invalid input, -2 out of memory.
+cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_rows,
+                           int64_t n_cols, Py_ssize_t n_terms, const Term* terms,
+                           bint values, Dense* dense, oindex_t* out_indptr,
+                           oindex_t* out_indices, data_t* out_data,
+                           int64_t nnz) noexcept nogil:
+    """Merge rows ``r0 .. r1 - 1`` (of ``n_rows``) row by row; return nnz, -1 for
+    invalid input, -2 out of memory.
 
     Each row first reads every term's extent ``[los[k], his[k])`` (checking
-    the indptr step).  A row of at most SHORT_ROW entries (all terms together)
-    is written by one of two methods:
+    the indptr step; ``st.his`` holds the extents' starts on entry, their ends
+    on return).  A row of at most SHORT_ROW entries (all terms together) is
+    written by one of two methods:
 
     * window: when the previous row's columns spanned little (bands), the
       values are summed straight into a 64-column window (:func:`_window_row`);
@@ -810,34 +854,29 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
 
     Checks what it relies on before relying on it: every indptr step is
     non-negative and stays within its term's entries, every column lies in
-    ``[0, n_cols)`` (``indptr[0] == 0`` is the wrapper's).  On -1 the output
-    is garbage.  ``los`` and ``his`` have room for one position per term.
+    ``[0, n_cols)`` (each term's cursor is within its entries on entry, by
+    induction from ``indptr[0] == 0``).  On -1 the output is garbage.
     """
-    cdef int64_t i, p, lo, hi, n, m, c, nnz = 0, start, got
+    cdef int64_t i, p, lo, hi, n, m, c, start, got
     cdef int64_t cmin, cmax
     cdef Py_ssize_t k
     cdef const Term* t
     cdef const int64_t* ix
-    cdef const data_t* d
     cdef int64_t* swap
+    cdef int64_t* los = st.los
+    cdef int64_t* his = st.his
     cdef data_t one = 1, sc = 1
-    cdef uint64_t key, bits = 0
+    cdef uint64_t bits = 0
     cdef uint64_t ncols = <uint64_t>n_cols
     cdef int64_t short_max = SHORT_ROW if n_cols <= MAX_KEY_COLS else 0
-    cdef bint try_window = True
-    cdef int64_t lead = 0
-    cdef uint64_t keys[SHORT_ROW]
-    cdef data_t vals[SHORT_ROW]
-    cdef data_t wacc[64]
-    cdef Sorter so
+    cdef uint64_t* keys = st.keys
+    cdef data_t* vals = <data_t*>st.vals
+    cdef data_t* wacc = <data_t*>st.wacc
     cdef int64_t* marker
     cdef data_t* acc
+    cdef int status = 0
 
-    so.prev_m = -1
-    for k in range(n_terms):
-        his[k] = 0
-    out_indptr[0] = 0
-    for i in range(n_rows):
+    for i in range(r0, r1):
         start = nnz
         if (i & 7) == 0 and i + 64 < n_rows:
             # many terms are many concurrent memory streams: help the prefetcher
@@ -856,7 +895,7 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
         los = his
         his = swap
         m = 0
-        if not try_window:
+        if not st.try_window:
             # read the extents and gather the short row in one pass
             for k in range(n_terms):
                 t = &terms[k]
@@ -864,26 +903,33 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
                 hi = t.indptr[i + 1]
                 # lo <= nnz holds by induction from indptr[0] == 0
                 if <uint64_t>(hi - lo) > <uint64_t>(t.nnz - lo):
-                    return -1
+                    status = -1
+                    break
                 his[k] = hi
                 n = hi - lo
                 if n and m + n <= short_max:
                     bits = _gather_run(t, lo, n, i, m, values, keys, vals, bits)
                 m += n
+            if status:
+                break
         else:
             for k in range(n_terms):
                 t = &terms[k]
                 lo = los[k]
                 hi = t.indptr[i + 1]
                 if <uint64_t>(hi - lo) > <uint64_t>(t.nnz - lo):
-                    return -1
+                    status = -1
+                    break
                 his[k] = hi
                 m += hi - lo
+            if status:
+                break
             if m > 1 and m <= short_max:
-                got = _window_row(i, n_terms, terms, los, his, values, n_cols, &lead,
+                got = _window_row(i, n_terms, terms, los, his, values, n_cols, &st.lead,
                                   wacc, out_indices, out_data, nnz)
                 if got == -2:
-                    return -1
+                    status = -1
+                    break
                 if got >= 0:
                     out_indptr[i + 1] = got
                     nnz = got
@@ -904,21 +950,24 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
             # every column gathered lies in [0, MAX_KEY_COLS), so the keys hold
             # it whole (the largest is checked against n_cols below)
             if bits >= <uint64_t>MAX_KEY_COLS:
-                return -1
-            nnz = _write_short_row(&so, keys, m, values, vals, out_indices, out_data, nnz)
+                status = -1
+                break
+            nnz = _write_short_row(&st.so, keys, m, values, vals, out_indices, out_data, nnz)
             cmin = out_indices[start]
             cmax = out_indices[nnz - 1]
             if cmax >= n_cols:
-                return -1
+                status = -1
+                break
             # try the window on the next row if this one would have fitted,
             # placed as this row's columns are placed
-            try_window = cmax - cmin < 64 - 2 * WINDOW_MARGIN
-            lead = cmin - <int64_t>(keys[0] >> KEY_SHIFT)
+            st.try_window = cmax - cmin < 64 - 2 * WINDOW_MARGIN
+            st.lead = cmin - <int64_t>(keys[0] >> KEY_SHIFT)
         else:
             # a long row: Gustavson's dense marker and accumulator
             if dense.marker == NULL:
                 if _alloc_dense(dense, n_cols, sizeof(data_t), values) < 0:
-                    return -2
+                    status = -2
+                    break
             marker = dense.marker
             acc = <data_t*>dense.acc
             for k in range(n_terms):
@@ -927,12 +976,305 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
                 for p in range(los[k], his[k]):
                     c = ix[p]
                     if <uint64_t>c >= ncols:
-                        return -1
+                        status = -1
+                        break
                     if values:
                         sc = _term_value(t, p, i, one)
-                    nnz = _add_entry(i, c, sc, values, marker, acc, out_indices, nnz)
+                    nnz = _add_entry(st.row_base + i, c, sc, values, marker, acc,
+                                     out_indices, nnz)
+                if status:
+                    break
+            if status:
+                break
             _finish_row(start, nnz, values, acc, out_indices, out_data)
         out_indptr[i + 1] = nnz
+    st.los = los
+    st.his = his
+    return status if status else nnz
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
+                     const Term* terms, bint values, uint64_t ncols,
+                     data_t* bvals) noexcept nogil:
+    """Gather pass of the block path over rows ``r0 .. r0 + n - 1``: key and
+    value of every (row, term) into ``st.bkeys`` and ``bvals`` (``st.bvals``;
+    row-major),
+    the terms' new cursors into ``st.los``.  Returns 0, 1 if some term row
+    holds more than one entry or an indptr step is invalid (nothing is used
+    then: the general rows take the block and check it), -1 if a column lies
+    outside ``[0, ncols)``."""
+    cdef Py_ssize_t k
+    cdef int64_t r, lo, hi, d, nnz_t, step
+    cdef uint64_t c, bad = 0, empty = (SEL_EMPTY_COL << KEY_SHIFT)
+    cdef const Term* t
+    cdef const int64_t* ip
+    cdef const int64_t* ix
+    cdef const data_t* dp
+    cdef const data_t* sp
+    cdef uint64_t* kp
+    cdef data_t* vp
+    cdef data_t one = 1, zero = 0
+    cdef int mode
+    for k in range(n_terms):
+        t = &terms[k]
+        ip = t.indptr + r0 + 1
+        ix = t.indices
+        lo = st.his[k]
+        nnz_t = t.nnz
+        kp = st.bkeys + k
+        vp = bvals + k
+        mode = t.mode
+        dp = <const data_t*>t.data
+        sp = (<const data_t*>t.scale) + r0 * t.scale_step if t.scale != NULL else NULL
+        step = t.scale_step
+        if not values:
+            for r in range(n):
+                hi = ip[r]
+                d = hi - lo
+                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
+                    return 1
+                if d:
+                    c = <uint64_t>ix[lo]
+                    bad |= c >= ncols
+                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+                else:
+                    kp[r * n_terms] = empty | <uint64_t>k
+                lo = hi
+        else:
+            for r in range(n):
+                hi = ip[r]
+                d = hi - lo
+                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
+                    return 1
+                if d:
+                    c = <uint64_t>ix[lo]
+                    bad |= c >= ncols
+                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+                    # (the formula is fixed within the loop: predicted branches)
+                    if mode == ONES:
+                        vp[r * n_terms] = one
+                    elif mode == DATA:
+                        vp[r * n_terms] = dp[lo]
+                    elif mode == SCALE:
+                        vp[r * n_terms] = sp[r * step]
+                    elif mode == DATA_SCALE:
+                        vp[r * n_terms] = _mul(dp[lo], sp[r * step])
+                    else:
+                        vp[r * n_terms] = _mul(one, sp[r * step])
+                else:
+                    kp[r * n_terms] = empty | <uint64_t>k
+                    vp[r * n_terms] = zero
+                lo = hi
+        st.los[k] = lo
+    return -1 if bad else 0
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t _sel_emit(const uint64_t* kr, const data_t* vr, const uint8_t* perm,
+                              Py_ssize_t n_terms, bint values, oindex_t* out_indices,
+                              data_t* out_data, int64_t nnz) noexcept nogil:
+    """Write one row of the block path in the order ``perm`` of its keys: the
+    columns once each, duplicates summed in key order (term by term), empty
+    term rows skipped.  Returns the new entry count, or -1 when ``perm`` does
+    not sort the keys (the row must then be written again)."""
+    cdef Py_ssize_t q
+    cdef uint64_t key, prev, col, last
+    cdef uint8_t slot = perm[0]
+    cdef data_t total
+    prev = kr[slot]
+    last = prev >> KEY_SHIFT
+    if values:
+        total = vr[slot]
+    for q in range(1, n_terms):
+        slot = perm[q]
+        key = kr[slot]
+        if key <= prev:
+            return -1
+        prev = key
+        col = key >> KEY_SHIFT
+        if col == last:
+            if values:
+                total = total + vr[slot]
+            continue
+        # a new column: the last one was a real column (empty rows come last)
+        out_indices[nnz] = <oindex_t>last
+        if values:
+            out_data[nnz] = total
+            total = vr[slot]
+        nnz += 1
+        last = col
+    if last != SEL_EMPTY_COL:
+        out_indices[nnz] = <oindex_t>last
+        if values:
+            out_data[nnz] = total
+        nnz += 1
+    return nnz
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _sel_block(MergeState* st, int64_t r0, int64_t r1, int64_t n_cols,
+                        Py_ssize_t n_terms, const Term* terms, bint values,
+                        oindex_t* out_indptr, oindex_t* out_indices, data_t* out_data,
+                        int64_t nnz) noexcept nogil:
+    """Rows ``r0 .. r1 - 1`` by the block path when each term holds at most one
+    entry in each of them; return nnz, -1 for invalid input, -3 when the block
+    path does not apply (nothing written, ``st.his`` unchanged)."""
+    cdef int64_t r, got, n = r1 - r0
+    cdef Py_ssize_t q, j
+    cdef int status
+    cdef uint64_t key
+    cdef const uint64_t* kr
+    cdef const data_t* vr
+    cdef uint8_t* perm = st.sel_perm
+    cdef int64_t* swap
+    status = _sel_gather(st, r0, n, n_terms, terms, values, <uint64_t>n_cols,
+                         <data_t*>st.bvals)
+    if status > 0:
+        return -3
+    if status < 0:
+        return -1
+    if st.sel_k != n_terms:
+        for q in range(n_terms):
+            perm[q] = <uint8_t>q
+        st.sel_k = n_terms
+    for r in range(n):
+        kr = st.bkeys + r * n_terms
+        vr = (<const data_t*>st.bvals) + r * n_terms
+        got = _sel_emit(kr, vr, perm, n_terms, values, out_indices, out_data, nnz)
+        if got < 0:
+            # the order changed (a periodic wrap, an empty row): insertion
+            # sort, from the previous order, which is nearly right
+            for q in range(n_terms):
+                st.sel_sorted[q] = kr[perm[q]]
+            for q in range(1, n_terms):
+                key = st.sel_sorted[q]
+                j = q - 1
+                while j >= 0 and st.sel_sorted[j] > key:
+                    st.sel_sorted[j + 1] = st.sel_sorted[j]
+                    j -= 1
+                st.sel_sorted[j + 1] = key
+            for q in range(n_terms):
+                perm[q] = <uint8_t>(st.sel_sorted[q] & KEY_MASK)
+            got = _sel_emit(kr, vr, perm, n_terms, values, out_indices, out_data, nnz)
+        nnz = got
+        out_indptr[r0 + r + 1] = <oindex_t>nnz
+    swap = st.los
+    st.los = st.his
+    st.his = swap
+    return nnz
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _merge_rows(MergeState* st, int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
+                         const Term* terms, bint values, Dense* dense,
+                         oindex_t* out_indptr, oindex_t* out_indices, data_t* out_data,
+                         int64_t nnz) noexcept nogil:
+    """Merge ``n_rows`` rows with the same active terms (``terms``, rebased to
+    the first of these rows; ``st.his`` holds their cursors), block by block:
+    the block path when every term has at most one entry in each row of the
+    block (checked cheaply first: no term has more entries in the block than
+    rows), else the general rows.  Returns nnz or a negative error code."""
+    cdef int64_t r0 = 0, r1, rows, got
+    cdef Py_ssize_t k
+    cdef bint fits
+    rows = 0
+    if n_terms <= SEL_MAX_TERMS and n_cols <= MAX_KEY_COLS:
+        rows = SEL_BLOCK_ENTRIES // n_terms
+    if rows == 0:
+        return _general_rows(st, 0, n_rows, n_rows, n_cols, n_terms, terms, values, dense,
+                             out_indptr, out_indices, out_data, nnz)
+    while r0 < n_rows:
+        r1 = r0 + rows if n_rows - r0 > rows else n_rows
+        if st.skip > 0:
+            st.skip -= 1
+        else:
+            fits = True
+            for k in range(n_terms):
+                fits &= terms[k].indptr[r1] - st.his[k] <= r1 - r0
+            if fits:
+                got = _sel_block(st, r0, r1, n_cols, n_terms, terms, values, out_indptr,
+                                 out_indices, out_data, nnz)
+                if got != -3:
+                    if got < 0:
+                        return got
+                    st.fails = 0
+                    nnz = got
+                    r0 = r1
+                    continue
+                # back off: try again after 1, 2, 4, ... blocks
+                st.skip = (<int64_t>1) << st.fails
+                if st.skip < SEL_MAX_SKIP:
+                    st.fails += 1
+            else:
+                st.skip = 0
+        nnz = _general_rows(st, r0, r1, n_rows, n_cols, n_terms, terms, values, dense,
+                            out_indptr, out_indices, out_data, nnz)
+        if nnz < 0:
+            return nnz
+        r0 = r1
+    return nnz
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
+                         const Term* terms, const int64_t* first_rows, Py_ssize_t n_seg,
+                         const int64_t* seg_rows, const int64_t* seg_start,
+                         const int64_t* seg_terms, bint values, MergeState* st,
+                         Term* active, int64_t* cursors, Dense* dense,
+                         oindex_t* out_indptr, oindex_t* out_indices,
+                         data_t* out_data) noexcept nogil:
+    """Merge the terms segment by segment; return nnz, -1 for invalid input,
+    -2 out of memory.
+
+    Segment ``s`` is the rows ``seg_rows[s] .. seg_rows[s + 1] - 1`` of the
+    result, covered by the terms ``seg_terms[seg_start[s] .. seg_start[s + 1] - 1]``
+    (in term order, which is the order of the sums) and by no other term.  Its
+    terms are copied to ``active`` with their indptr and scale moved to the
+    segment's first row, so that the row loops see only the terms covering
+    their rows.  ``cursors[k]`` is term k's position in its entries, carried
+    from segment to segment (its rows are visited in order).
+    """
+    cdef Py_ssize_t s, j, k
+    cdef int64_t a, b, i, off, nnz = 0
+    cdef Py_ssize_t n_act
+    for k in range(n_terms):
+        cursors[k] = 0
+    out_indptr[0] = 0
+    for s in range(n_seg):
+        a = seg_rows[s]
+        b = seg_rows[s + 1]
+        n_act = seg_start[s + 1] - seg_start[s]
+        if n_act == 0:
+            for i in range(a, b):
+                out_indptr[i + 1] = <oindex_t>nnz
+            continue
+        for j in range(n_act):
+            k = seg_terms[seg_start[s] + j]
+            active[j] = terms[k]
+            off = a - first_rows[k]
+            active[j].indptr = terms[k].indptr + off
+            if terms[k].scale != NULL:
+                active[j].scale = (<const data_t*>terms[k].scale) + off * terms[k].scale_step
+            st.his[j] = cursors[k]
+        st.row_base = a
+        st.try_window = True
+        st.lead = 0
+        st.so.prev_m = -1
+        st.skip = 0
+        st.fails = 0
+        st.sel_k = -1
+        nnz = _merge_rows(st, b - a, n_cols, n_act, active, values, dense, out_indptr + a,
+                          out_indices, out_data, nnz)
+        if nnz < 0:
+            return nnz
+        for j in range(n_act):
+            cursors[seg_terms[seg_start[s] + j]] = st.his[j]
     return nnz
 
 
@@ -1269,55 +1611,83 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
 
 
-def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
-    """Sum of row-scaled CSR matrices, ``sum_k diag(scale_k) @ M_k``.
+def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
+    """Sum of row-scaled CSR matrices, ``sum_k diag(scale_k) @ M_k``, each term
+    placed at its own first row.
 
     Contract of :func:`sparsegrad._fast._reference.merge_scaled`: ``terms`` is
-    a sequence of ``(indptr, indices, data, row_scale)``, ``data`` and
-    ``row_scale`` may be ``None``; the result has the union pattern of the
-    terms (structural zeros kept), sorted columns, and the dtype that numpy
-    promotion of all data and scales gives.
+    a sequence of ``(indptr, indices, data, row_scale)`` (an ``n_rows`` x
+    ``n_cols`` matrix) or ``(indptr, indices, data, row_scale, first_row)``
+    (a matrix of ``len(indptr) - 1`` rows added from row ``first_row`` on;
+    it must fit in ``n_rows``); ``data`` and ``row_scale`` may be ``None``.
+    The result has the union pattern of the terms (structural zeros kept),
+    sorted columns, the dtype that numpy promotion of all data and scales
+    gives, and ``index_dtype`` (``None``: int64, or int32) indices.
 
-    One pass over the rows.  A row of at most 256 entries (all terms
-    together) is merged in a small buffer by sorting packed (column, slot)
-    keys, reusing the previous row's order when it still sorts the keys; a
-    longer row goes through a dense marker and accumulator of length
-    ``n_cols``, allocated only then.  The loop itself checks the indptr steps
-    and column bounds it relies on; on a failure the wrapper finds and reports
-    the bad entry.  A term whose own product dtype is narrower than the result
-    dtype is scaled with numpy first, so that its rounding is the reference's.
-    Other value dtypes than float32/64 and complex64/128 are handed to the
-    reference kernel.
+    The rows are split into segments covered by the same terms, and each
+    segment is merged with those terms only (stacked blocks cost what their
+    own terms cost).  Within a segment, blocks of rows where every term holds
+    at most one entry per row are gathered term by term as packed (column,
+    term) keys and written row by row in the previous row's key order, when
+    it still sorts the keys.  Other rows are merged one by one: a row of at
+    most 256 entries (all terms together) in a 64-column window (bands) or a
+    small buffer of sorted packed keys; a longer row through a dense marker
+    and accumulator of length ``n_cols``, allocated only then.  The loops
+    check the indptr steps and column bounds they rely on; on a failure the
+    wrapper finds and reports the bad entry.  A term whose own product dtype
+    is narrower than the result dtype is scaled with numpy first, so that its
+    rounding is the reference's.  Other value dtypes than float32/64 and
+    complex64/128 are handed to the reference kernel.
     """
     cdef int64_t nr = _dim(n_rows, "n_rows"), nc = _dim(n_cols, "n_cols")
-    cdef int64_t nnz = 0, total = 0, nnz_k
-    cdef Py_ssize_t k, n_terms
+    cdef int64_t nnz = 0, total = 0, nnz_k, m, first
+    cdef Py_ssize_t k, n_terms, n_items
     cdef int kind = F64, tk, sk
-    cdef bint values = not pattern_only, known = True
+    cdef bint values = not pattern_only, known = True, stacked = False, int32 = False
     cdef const int64_t* ip
     terms = list(terms)
     n_terms = len(terms)
     prepared = []
     kinds = []
     for k in range(n_terms):
-        indptr, indices, data, scale = terms[k]
+        term = terms[k]
+        n_items = len(term)
+        first = 0
+        if n_items == 4:
+            indptr, indices, data, scale = term
+        elif n_items == 5:
+            indptr, indices, data, scale, first_row = term
+            first = operator.index(first_row)
+        else:
+            raise ValueError("merge_scaled: term %d is (indptr, indices, data, row_scale"
+                             "[, first_row]), got a tuple of %d items" % (k, n_items))
         # (error messages, and conversions, only off the fast path)
         if not _is_index_array(indptr):
             indptr = _as_index(indptr, "merge_scaled term %d indptr" % k)
         if not _is_index_array(indices):
             indices = _as_index(indices, "merge_scaled term %d indices" % k)
+        m = nr
+        if n_items == 5:
+            m = cnp.PyArray_DIM(<cnp.ndarray>indptr, 0) - 1
+            if m < 0:
+                raise ValueError("merge_scaled term %d: indptr must have at least one entry"
+                                 % k)
+            if first < 0 or first > nr - m:
+                raise ValueError("merge_scaled: term %d of %d rows from row %d does not fit "
+                                 "in %d rows" % (k, m, first, nr))
+            stacked = stacked or first != 0 or m != nr
         nnz_k = cnp.PyArray_DIM(<cnp.ndarray>indices, 0)
         ip = <const int64_t*>_ptr(indptr)
         # the loop checks the rest of indptr and the columns as it goes
-        if (cnp.PyArray_DIM(<cnp.ndarray>indptr, 0) != nr + 1 or ip[0] != 0
-                or ip[nr] != nnz_k):
-            _check_indptr_ends(indptr, nr, nnz_k, "merge_scaled term %d" % k)
+        if (cnp.PyArray_DIM(<cnp.ndarray>indptr, 0) != m + 1 or ip[0] != 0
+                or ip[m] != nnz_k):
+            _check_indptr_ends(indptr, m, nnz_k, "merge_scaled term %d" % k)
         total += nnz_k
         if values:
             if data is not None and not _is_values(data, nnz_k):
                 data = _as_values(data, nnz_k, "merge_scaled term %d data" % k)
-            if scale is not None and not _is_values(scale, nr):
-                scale = _as_values(scale, nr, "merge_scaled term %d row_scale" % k)
+            if scale is not None and not _is_values(scale, m):
+                scale = _as_values(scale, m, "merge_scaled term %d row_scale" % k)
             # the kind of the reference's (ones or data) * scale
             tk = F64 if data is None else _array_kind(data)
             if scale is not None:
@@ -1327,7 +1697,10 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
             kinds.append(tk)
         else:
             data = scale = None
-        prepared.append([indptr, indices, data, scale])
+        prepared.append([indptr, indices, data, scale, first, m])
+    bound = min(<object>total, <object>nr * <object>nc)
+    if index_dtype is not None:
+        int32 = _reference._check_index_dtype(index_dtype, bound, nc) == np.int32
     out_dtype = None
     if values:
         if known:
@@ -1345,12 +1718,12 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
             out_dtype = np.result_type(*dtypes)
             kind = _kind(out_dtype)
             if kind < 0:
-                _validate_terms(prepared, nr, nc)
-                return _reference.merge_scaled(nr, nc, [tuple(t) for t in prepared],
-                                               pattern_only)
+                _validate_terms(prepared, nc)
+                return _reference.merge_scaled(nr, nc, [tuple(t[:5]) for t in prepared],
+                                               pattern_only, index_dtype)
             narrow = [dt != out_dtype for dt in dtypes]
         for k in range(n_terms):
-            indptr, indices, data, scale = prepared[k]
+            indptr, indices, data, scale = prepared[k][:4]
             if scale is not None and narrow[k]:
                 # a product rounded in a narrower dtype than the result's
                 data = scale_rows(indptr, data, scale)
@@ -1367,24 +1740,59 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
             prepared[k][2] = data
             prepared[k][3] = scale
 
-    bound = min(<object>total, <object>nr * <object>nc)
-    out_indptr = np.empty(nr + 1, dtype=INDEX_DTYPE)
-    out_indices = np.empty(bound, dtype=INDEX_DTYPE)
+    # segments of rows covered by the same terms
+    if not stacked:
+        segments = np.array([0, nr], dtype=INDEX_DTYPE)
+        seg_start = np.array([0, n_terms], dtype=INDEX_DTYPE)
+        seg_terms = np.arange(n_terms, dtype=INDEX_DTYPE)
+    else:
+        points = {0, nr}
+        for t in prepared:
+            if t[5]:
+                points.add(t[4])
+                points.add(t[4] + t[5])
+        points = sorted(points)
+        starts = [0]
+        members = []
+        for a, b in zip(points[:-1], points[1:]):
+            members += [k for k in range(n_terms)
+                        if prepared[k][5] and prepared[k][4] <= a and prepared[k][4]
+                        + prepared[k][5] >= b]
+            starts.append(len(members))
+        segments = np.array(points, dtype=INDEX_DTYPE)
+        seg_start = np.array(starts, dtype=INDEX_DTYPE)
+        seg_terms = np.array(members, dtype=INDEX_DTYPE)
+    first_rows = np.array([t[4] for t in prepared], dtype=INDEX_DTYPE)
+
+    out_index = np.int32 if int32 else INDEX_DTYPE
+    out_indptr = np.empty(nr + 1, dtype=out_index)
+    out_indices = np.empty(bound, dtype=out_index)
     out_data = np.empty(bound, dtype=out_dtype) if values else None
 
     cdef Py_ssize_t slots = n_terms if n_terms > 0 else 1
     cdef Term* ts = <Term*>malloc(slots * sizeof(Term))
+    cdef Term* act = <Term*>malloc(slots * sizeof(Term))
     cdef int64_t* los = <int64_t*>malloc(slots * sizeof(int64_t))
     cdef int64_t* his = <int64_t*>malloc(slots * sizeof(int64_t))
+    cdef int64_t* cursors = <int64_t*>malloc(slots * sizeof(int64_t))
+    cdef MergeState* st = <MergeState*>malloc(sizeof(MergeState))
     cdef Dense dense
-    cdef int64_t* oip = <int64_t*>_ptr(out_indptr)
-    cdef int64_t* oix = <int64_t*>_ptr(out_indices)
+    cdef void* oip = _ptr(out_indptr)
+    cdef void* oix = _ptr(out_indices)
     cdef void* od = _ptr(out_data)
+    cdef const int64_t* fr = <const int64_t*>_ptr(first_rows)
+    cdef const int64_t* sr = <const int64_t*>_ptr(segments)
+    cdef const int64_t* ss = <const int64_t*>_ptr(seg_start)
+    cdef const int64_t* stm = <const int64_t*>_ptr(seg_terms)
+    cdef Py_ssize_t n_seg = segments.shape[0] - 1
     dense.marker = NULL
     dense.acc = NULL
     try:
-        if ts == NULL or los == NULL or his == NULL:
+        if (ts == NULL or act == NULL or los == NULL or his == NULL or cursors == NULL
+                or st == NULL):
             raise MemoryError()
+        st.los = los
+        st.his = his
         for k in range(n_terms):
             ts[k].indptr = <const int64_t*>_ptr(prepared[k][0])
             ts[k].indices = <const int64_t*>_ptr(prepared[k][1])
@@ -1396,27 +1804,52 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
             ts[k].nnz = prepared[k][1].shape[0]
             ts[k].mode = _term_mode(prepared[k][2], prepared[k][3], kind)
         with nogil:
-            if kind == F32:
-                nnz = _merge_loop[float](nr, nc, n_terms, ts, values, los, his, &dense,
-                                         oip, oix, <float*>od)
-            elif kind == F64:
-                nnz = _merge_loop[double](nr, nc, n_terms, ts, values, los, his, &dense,
-                                          oip, oix, <double*>od)
-            elif kind == C64:
-                nnz = _merge_loop[complex64_t](nr, nc, n_terms, ts, values, los, his, &dense,
-                                               oip, oix, <complex64_t*>od)
+            if int32:
+                if kind == F32:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
+                                      <float*>od)
+                elif kind == F64:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
+                                      <double*>od)
+                elif kind == C64:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
+                                      <complex64_t*>od)
+                else:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
+                                      <complex128_t*>od)
             else:
-                nnz = _merge_loop[complex128_t](nr, nc, n_terms, ts, values, los, his, &dense,
-                                                oip, oix, <complex128_t*>od)
+                if kind == F32:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
+                                      <float*>od)
+                elif kind == F64:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
+                                      <double*>od)
+                elif kind == C64:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
+                                      <complex64_t*>od)
+                else:
+                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
+                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
+                                      <complex128_t*>od)
     finally:
         free(ts)
+        free(act)
         free(los)
         free(his)
+        free(cursors)
+        free(st)
         _free_dense(&dense)
     if nnz == -2:
         raise MemoryError("merge_scaled: no memory for a dense row of %d columns" % nc)
     if nnz < 0:
-        _validate_terms(prepared, nr, nc)
+        _validate_terms(prepared, nc)
         raise ValueError("merge_scaled: invalid CSR input")  # not reached
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
 
@@ -1430,12 +1863,12 @@ cdef int _term_mode(data, scale, int kind):
     return SCALE if kind == F32 or kind == F64 else ONES_SCALE
 
 
-cdef _validate_terms(prepared, int64_t nr, int64_t nc):
+cdef _validate_terms(prepared, int64_t nc):
     """Raise the error of the first invalid indptr or column index of the terms."""
-    for k, (indptr, indices, _, _) in enumerate(prepared):
+    for k, t in enumerate(prepared):
         name = "merge_scaled term %d" % k
-        _check_indptr(indptr, nr, indices.shape[0], name)
-        _check_range(indices, 0, nc, name + " column indices")
+        _check_indptr(t[0], t[5], t[1].shape[0], name)
+        _check_range(t[1], 0, nc, name + " column indices")
 
 
 def gather_rows(indptr, indices, data, rows):

@@ -16,6 +16,11 @@ Conventions shared by all kernels
   in the output pattern even when its value is, or sums to, zero.  The pattern
   of a result therefore never depends on the numerical values.
 * Inputs are never modified; outputs never alias inputs.
+* ``merge_scaled`` also stacks: a term given as a 5-tuple ``(indptr, indices,
+  data, row_scale, first_row)`` has its own number of rows and is added from
+  row ``first_row`` of the result on; its ``index_dtype`` argument asks for
+  int32 ``indptr`` and ``indices`` in the result (inputs stay int64), ready
+  for ``scipy.sparse.csr_matrix`` without a copy.
 
 Example
 -------
@@ -25,6 +30,8 @@ Example
 ...                     (indptr, indices, None, None)])[2]
 array([3., 4.])
 """
+import operator
+
 import numpy as np
 
 INDEX_DTYPE = np.int64
@@ -89,41 +96,104 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     return indptr, indices, data
 
 
-def merge_scaled(n_rows, n_cols, terms, pattern_only=False):
-    """Sum of row-scaled CSR matrices, ``sum_k diag(scale_k) @ M_k``.
+def _merge_term(term, n_rows):
+    """``(indptr, indices, data, row_scale, first_row, m)`` of a merge term given
+    as a 4-tuple (``first_row`` 0, ``m == n_rows``) or a 5-tuple."""
+    if len(term) == 4:
+        indptr, indices, data, scale = term
+        first_row = 0
+        m = n_rows
+    elif len(term) == 5:
+        indptr, indices, data, scale, first_row = term
+        first_row = operator.index(first_row)
+        m = len(indptr) - 1
+        if m < 0:
+            raise ValueError("merge_scaled: a term's indptr must have at least one entry")
+    else:
+        raise ValueError("merge_scaled: a term is (indptr, indices, data, row_scale"
+                         "[, first_row]), got a tuple of %d items" % len(term))
+    if first_row < 0 or first_row + m > n_rows:
+        raise ValueError("merge_scaled: a term of %d rows from row %d does not fit in "
+                         "%d rows" % (m, first_row, n_rows))
+    return indptr, indices, data, scale, first_row, m
+
+
+def _check_index_dtype(index_dtype, bound, n_cols):
+    """The output index dtype (int32 or int64), checking that int32 holds the
+    entry bound and the column numbers."""
+    dtype = np.dtype(INDEX_DTYPE if index_dtype is None else index_dtype)
+    if dtype == np.int64:
+        return dtype
+    if dtype != np.int32:
+        raise ValueError("merge_scaled: index_dtype must be int32 or int64, got %s" % dtype)
+    limit = np.iinfo(np.int32).max
+    if bound > limit or n_cols > limit:
+        raise ValueError("merge_scaled: %d entries (at most) or %d columns do not fit in "
+                         "int32 indices" % (bound, n_cols))
+    return dtype
+
+
+def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
+    """Sum of row-scaled CSR matrices, ``sum_k diag(scale_k) @ M_k``, each term
+    placed at its own first row.
 
     Parameters
     ----------
     n_rows, n_cols : int
-        Common shape of all terms.
-    terms : sequence of (indptr, indices, data, row_scale)
+        Shape of the result.
+    terms : sequence of (indptr, indices, data, row_scale[, first_row])
         ``data`` may be ``None`` (all ones); ``row_scale`` is ``None`` (ones)
-        or a 1-d array of length ``n_rows``.
+        or a 1-d array with one entry per row of the term (a broadcast,
+        stride-0 array is fine).  A 4-tuple is an ``n_rows x n_cols`` matrix.
+        A 5-tuple is a matrix of ``m = len(indptr) - 1`` rows added into rows
+        ``first_row .. first_row + m - 1`` of the result; it must fit:
+        ``0 <= first_row`` and ``first_row + m <= n_rows``.  Rows of the
+        result that no term covers are empty; terms whose rows overlap are
+        summed.
     pattern_only : bool
         Compute only the union pattern; data of the result is ``None``.
+    index_dtype : None, numpy.int64 or numpy.int32
+        Dtype of the returned ``indptr`` and ``indices`` (``None``: int64).
+        int32 requires the bound on the entries, ``min(sum of the terms'
+        entries, n_rows * n_cols)``, and ``n_cols`` to be at most
+        ``2**31 - 1`` (ValueError otherwise).
 
     Returns
     -------
     indptr, indices, data
         Canonical CSR with the union of the input patterns (structural zeros
         kept).  The data dtype is the result type of all data and scales.
+        Duplicates are summed term by term, in the order of ``terms``.
+
+    Examples
+    --------
+    >>> block = (np.array([0, 1]), np.array([1]), None, np.array([5.0]), 2)
+    >>> merge_scaled(3, 2, [block], index_dtype=np.int32)
+    (array([0, 0, 0, 1], dtype=int32), array([1], dtype=int32), array([5.]))
     """
     rows, cols, vals = [], [], []
-    for indptr, indices, data, scale in terms:
+    total = 0
+    for term in terms:
+        indptr, indices, data, scale, first_row, _ = _merge_term(term, n_rows)
         entry_rows = _row_of_each_entry(indptr)
-        rows.append(entry_rows)
+        rows.append(entry_rows + first_row)
         cols.append(indices)
+        total += len(indices)
         if not pattern_only:
             v = np.ones(len(indices)) if data is None else data
             if scale is not None:
                 v = v * np.asarray(scale)[entry_rows]
             vals.append(v)
-    if not terms:
-        return coo_to_csr(n_rows, n_cols, np.zeros(0, INDEX_DTYPE),
-                          np.zeros(0, INDEX_DTYPE),
-                          None if pattern_only else np.zeros(0))
-    return coo_to_csr(n_rows, n_cols, np.concatenate(rows), np.concatenate(cols),
-                      None if pattern_only else np.concatenate(vals))
+    dtype = _check_index_dtype(index_dtype, min(total, n_rows * n_cols), n_cols)
+    if not rows:
+        result = coo_to_csr(n_rows, n_cols, np.zeros(0, INDEX_DTYPE),
+                            np.zeros(0, INDEX_DTYPE), None if pattern_only else np.zeros(0))
+    else:
+        result = coo_to_csr(n_rows, n_cols, np.concatenate(rows), np.concatenate(cols),
+                            None if pattern_only else np.concatenate(vals))
+    if dtype != INDEX_DTYPE:
+        result = (result[0].astype(dtype), result[1].astype(dtype), result[2])
+    return result
 
 
 def gather_rows(indptr, indices, data, rows):

@@ -15,3 +15,11 @@ ctypedef fused data_t:
     double
     complex64_t
     complex128_t
+
+# Index type of the arrays ``merge_scaled`` writes (its ``index_dtype``): the
+# inputs stay int64, the output may be int32 for scipy.
+from libc.stdint cimport int32_t, int64_t
+
+ctypedef fused oindex_t:
+    int32_t
+    int64_t
