@@ -351,6 +351,140 @@ def test_merge_scaled_rejects_columns_out_of_range(kernels):
 
 
 # ---------------------------------------------------------------------------
+# merge_scaled: terms placed at a first row (stacked blocks), int32 output
+# ---------------------------------------------------------------------------
+
+def _random_block_terms(rng, n_rows, n_cols, n_terms, dtype=np.float64, selections=False):
+    """Random 5-tuple terms (some 4-tuples): blocks of random heights at random
+    first rows, overlapping or not, some empty; scales of the block's height,
+    some broadcast."""
+    terms = []
+    for k in range(n_terms):
+        if k % 4 == 3:
+            m, first = n_rows, None
+        else:
+            m = int(rng.integers(0, n_rows + 1))
+            first = int(rng.integers(0, n_rows - m + 1))
+        if selections and n_cols:
+            steps = (rng.random(m) < 0.8).astype(I64)
+            indptr = np.zeros(m + 1, dtype=I64)
+            np.cumsum(steps, out=indptr[1:])
+            indices = rng.integers(0, n_cols, indptr[-1]).astype(I64)
+            data = rng.standard_normal(len(indices)).astype(dtype)
+        else:
+            indptr, indices, data = random_csr(rng, m, n_cols, rng.random(), dtype=dtype)
+        if rng.random() < 0.3:
+            data = None
+        choice = rng.integers(3)
+        scale = (None if choice == 0 else rng.standard_normal(m).astype(dtype) if choice == 1
+                 else np.broadcast_to(dtype(rng.standard_normal()), (m,)))
+        term = (indptr, indices, data, scale)
+        terms.append(term if first is None else term + (first,))
+    return terms
+
+
+def _expected_blocks(terms, shape, dtype):
+    total = np.zeros(shape, dtype=dtype)
+    stored = np.zeros(shape, dtype=bool)
+    for term in terms:
+        indptr, indices, data, scale = term[:4]
+        first = term[4] if len(term) == 5 else 0
+        m = len(indptr) - 1
+        block = to_dense(indptr, indices, data, (m, shape[1]), dtype)
+        if scale is not None:
+            block = block * np.asarray(scale)[:, None]
+        total[first:first + m] += block
+        stored[first:first + m] |= pattern(indptr, indices, (m, shape[1]))
+    return total, stored
+
+
+@pytest.mark.parametrize("selections", [False, True])
+def test_merge_scaled_stacked_blocks_against_dense(kernels, rng, selections):
+    for _ in range(30):
+        n_rows, n_cols = (int(x) for x in rng.integers(0, 14, 2))
+        terms = _random_block_terms(rng, n_rows, n_cols, int(rng.integers(0, 7)),
+                                    selections=selections)
+        result = call(kernels.merge_scaled, n_rows, n_cols, terms)
+        check_canonical(result, (n_rows, n_cols))
+        total, stored = _expected_blocks(terms, (n_rows, n_cols), np.float64)
+        np.testing.assert_array_equal(pattern(*result[:2], (n_rows, n_cols)), stored)
+        assert_values(to_dense(*result, (n_rows, n_cols)), total)
+        only = call(kernels.merge_scaled, n_rows, n_cols, terms, pattern_only=True)
+        assert only[2] is None
+        np.testing.assert_array_equal(only[0], result[0])
+        np.testing.assert_array_equal(only[1], result[1])
+
+
+def test_merge_scaled_stacked_example(kernels):
+    # two blocks stacked, a third overlapping both: rows 0 and 4 stay empty
+    upper = (np.array([0, 1, 2]), np.array([0, 1]), None, np.array([2.0, 3.0]), 1)
+    lower = (np.array([0, 1]), np.array([2]), np.array([5.0]), None, 3)
+    across = (np.array([0, 1, 1, 2]), np.array([1, 2]), None, None, 1)
+    indptr, indices, data = call(kernels.merge_scaled, 5, 3, [upper, lower, across])
+    np.testing.assert_array_equal(indptr, [0, 0, 2, 3, 4, 4])
+    np.testing.assert_array_equal(indices, [0, 1, 1, 2])
+    np.testing.assert_array_equal(data, [2.0, 1.0, 3.0, 5.0 + 1.0])
+
+
+def test_merge_scaled_empty_blocks(kernels):
+    empty = (np.zeros(1, I64), np.zeros(0, I64), None, np.zeros(0))
+    one = (np.array([0, 1]), np.array([1]), None, None)
+    for first in (0, 2, 3):
+        result = call(kernels.merge_scaled, 3, 2, [empty + (first,), one + (first % 3,)])
+        expected = np.zeros(4, I64)
+        expected[first % 3 + 1:] = 1
+        np.testing.assert_array_equal(result[0], expected)
+        np.testing.assert_array_equal(result[1], [1])
+    result = call(kernels.merge_scaled, 0, 2, [empty + (0,)], pattern_only=True)
+    np.testing.assert_array_equal(result[0], [0])
+    assert len(result[1]) == 0 and result[2] is None
+
+
+def test_merge_scaled_rejects_blocks_that_do_not_fit(kernels):
+    block = (np.array([0, 1, 2]), np.array([0, 1]), None, None)
+    for first in (-1, 2, 5, 10 ** 12):
+        with pytest.raises(ValueError):
+            kernels.merge_scaled(3, 2, [block + (first,)])
+    with pytest.raises(ValueError):
+        kernels.merge_scaled(3, 2, [(np.zeros(0, I64), np.zeros(0, I64), None, None, 0)])
+    with pytest.raises(ValueError):                       # scale of n_rows, not m
+        kernels.merge_scaled(3, 2, [block[:3] + (np.ones(3), 0)])
+    with pytest.raises(ValueError):
+        kernels.merge_scaled(3, 2, [block + (0, 0)])
+    with pytest.raises(TypeError):
+        kernels.merge_scaled(3, 2, [block + (1.0,)])
+    kernels.merge_scaled(3, 2, [block + (0,), block + (1,)])   # both fit
+
+
+@pytest.mark.parametrize("pattern_only", [False, True])
+def test_merge_scaled_int32_indices(kernels, rng, pattern_only):
+    terms = _random_block_terms(rng, 9, 7, 5)
+    wide = call(kernels.merge_scaled, 9, 7, terms, pattern_only)
+    for index_dtype in (np.int32, "int32", np.dtype(np.int32)):
+        narrow = call(kernels.merge_scaled, 9, 7, terms, pattern_only, index_dtype)
+        assert narrow[0].dtype == np.int32 and narrow[1].dtype == np.int32
+        np.testing.assert_array_equal(narrow[0], wide[0])
+        np.testing.assert_array_equal(narrow[1], wide[1])
+        assert_same_result((None, None, narrow[2]), (None, None, wide[2]))
+    same = call(kernels.merge_scaled, 9, 7, terms, pattern_only, np.int64)
+    assert same[0].dtype == I64 and same[1].dtype == I64
+    assert call(kernels.merge_scaled, 2, 3, [], index_dtype=np.int32)[0].dtype == np.int32
+
+
+def test_merge_scaled_int32_limits(kernels):
+    empty = (np.zeros(2, I64), np.zeros(0, I64), None, None)
+    kernels.merge_scaled(1, 2 ** 31 - 1, [empty], index_dtype=np.int32)
+    result = kernels.merge_scaled(1, 2 ** 31 - 1, [empty + (0,)][:0], index_dtype=np.int32)
+    assert result[0].dtype == np.int32
+    with pytest.raises(ValueError, match="int32"):
+        kernels.merge_scaled(1, 2 ** 31, [], index_dtype=np.int32)
+    assert kernels.merge_scaled(1, 2 ** 31, [], index_dtype=np.int64)[0].dtype == I64
+    for bad in (np.int16, np.float64, np.uint32):
+        with pytest.raises(ValueError):
+            kernels.merge_scaled(1, 2, [], index_dtype=bad)
+
+
+# ---------------------------------------------------------------------------
 # gather_rows
 # ---------------------------------------------------------------------------
 
@@ -707,6 +841,97 @@ def test_compiled_merge_rejects_bad_entries_anywhere(compiled, rng):
     indptr[1] = 10 ** 12                           # beyond the entries, then down
     with pytest.raises(ValueError, match="decreases"):
         compiled.merge_scaled(n, n, [(indptr,) + good[1:]])
+
+
+# ---------------------------------------------------------------------------
+# the compiled merge: stacked segments and the block path (rows where every
+# term holds at most one entry), against the reference, bit for bit
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", COMPILED_DTYPES)
+@pytest.mark.parametrize("index_dtype", [None, np.int32])
+def test_compiled_merge_blocks_match_reference(compiled, rng, dtype, index_dtype):
+    for _ in range(40):
+        n_rows, n_cols = (int(x) for x in rng.integers(0, 30, 2))
+        terms = _random_block_terms(rng, n_rows, n_cols, int(rng.integers(0, 9)), dtype,
+                                    selections=bool(rng.integers(2)))
+        for pattern_only in (False, True):
+            assert_same_result(
+                call(compiled.merge_scaled, n_rows, n_cols, terms, pattern_only, index_dtype),
+                _reference.merge_scaled(n_rows, n_cols, terms, pattern_only, index_dtype))
+
+
+@pytest.mark.parametrize("pattern_only", [False, True])
+def test_compiled_merge_block_path(compiled, rng, pattern_only):
+    # periodic shifts (the order of the terms' columns changes at the wraps),
+    # a repeated column (duplicates summed term by term), empty rows, more
+    # rows than one block, selections mixed with a band in some rows only
+    n = 3000
+    terms = [_shifted_selection(n, int(o), rng.standard_normal(n))
+             for o in (1, -1, 50, -50, 0)]
+    terms.append(_shifted_selection(n, 1, np.broadcast_to(np.float64(1e16), (n,))))
+    holes = terms[0][:2]
+    keep = rng.random(n) < 0.9
+    indptr = np.zeros(n + 1, dtype=I64)
+    np.cumsum(keep, out=indptr[1:])
+    terms.append((indptr, holes[1][keep], rng.standard_normal(keep.sum()), None))
+    banded_rows = _banded(rng, n, (-1, 0, 1))
+    for chosen in (terms, terms[:1], terms + [banded_rows + (None,)]):
+        for index_dtype in (None, np.int32):
+            result = call(compiled.merge_scaled, n, n, chosen, pattern_only, index_dtype)
+            assert_same_result(result, _reference.merge_scaled(n, n, chosen, pattern_only,
+                                                               index_dtype))
+    # a band in a few rows only: the block path backs off, then resumes
+    indptr = np.arange(n + 1, dtype=I64)
+    indptr[1500:] += 2
+    indices = np.arange(n + 2, dtype=I64) % n
+    indices[1499:1502] = [1497, 1498, 1499]
+    few = (indptr, indices, None, None)
+    chosen = terms + [few]
+    result = call(compiled.merge_scaled, n, n, chosen, pattern_only)
+    assert_same_result(result, _reference.merge_scaled(n, n, chosen, pattern_only))
+
+
+def test_compiled_merge_many_terms_and_segments(compiled, rng):
+    # more terms than the block path takes; blocks of one row at the ends of a
+    # long block; blocks that overlap
+    n = 500
+    many = [_shifted_selection(n, int(o), rng.standard_normal(n)) for o in range(140)]
+    assert_same_result(call(compiled.merge_scaled, n, n, many),
+                       _reference.merge_scaled(n, n, many))
+    big = [(t[0], t[1], t[2], t[3], 1) for t in
+           [_shifted_selection(n, int(o), rng.standard_normal(n)) for o in (3, 7, 11)]]
+    tiny = [(np.array([0, 1]), np.array([k]), None, np.array([2.0]), first)
+            for k, first in ((0, 0), (1, n + 1), (5, n + 1))]
+    over = [(np.arange(101, dtype=I64), np.arange(100, dtype=I64), None, None, 250)]
+    for chosen in (big + tiny, tiny + big + over, over + big):
+        for pattern_only in (False, True):
+            assert_same_result(
+                call(compiled.merge_scaled, n + 2, n, chosen, pattern_only),
+                _reference.merge_scaled(n + 2, n, chosen, pattern_only))
+
+
+def test_compiled_merge_block_path_rejects_bad_input(compiled):
+    n = 600
+    for bad_col in (-1, n, 2 ** 60):
+        for row in (0, 300, n - 1):
+            indices = np.arange(n, dtype=I64)
+            indices[row] = bad_col
+            terms = [_shifted_selection(n, 3), (np.arange(n + 1, dtype=I64), indices, None,
+                                                None, 0)]
+            with pytest.raises(ValueError, match="term 1 column indices"):
+                compiled.merge_scaled(n, n, terms)
+    indptr = np.arange(n + 1, dtype=I64)
+    indptr[300] = 302                 # a step of 2, then a decrease
+    with pytest.raises(ValueError, match="decreases"):
+        compiled.merge_scaled(n, n, [_shifted_selection(n, 3),
+                                     (indptr, np.arange(n, dtype=I64), None, None)])
+    indptr = np.arange(n + 1, dtype=I64)
+    indptr[5:] -= 1
+    indptr[-1] = n                    # valid: a step of 0, then 2 in the last row
+    terms = [(indptr, np.arange(n, dtype=I64), None, None, 0)]
+    assert_same_result(call(compiled.merge_scaled, n, n, terms),
+                       _reference.merge_scaled(n, n, terms))
 
 
 @pytest.mark.parametrize("dtype", COMPILED_DTYPES)

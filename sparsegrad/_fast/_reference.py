@@ -174,7 +174,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     rows, cols, vals = [], [], []
     total = 0
     for term in terms:
-        indptr, indices, data, scale, first_row, _ = _merge_term(term, n_rows)
+        indptr, indices, data, scale, first_row, m = _merge_term(term, n_rows)
         entry_rows = _row_of_each_entry(indptr)
         rows.append(entry_rows + first_row)
         cols.append(indices)
@@ -182,7 +182,11 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         if not pattern_only:
             v = np.ones(len(indices)) if data is None else data
             if scale is not None:
-                v = v * np.asarray(scale)[entry_rows]
+                scale = np.asarray(scale)
+                if scale.shape != (m,):
+                    raise ValueError("merge_scaled: a row_scale must have shape (%d,), got %s"
+                                     % (m, scale.shape))
+                v = v * scale[entry_rows]
             vals.append(v)
     dtype = _check_index_dtype(index_dtype, min(total, n_rows * n_cols), n_cols)
     if not rows:
