@@ -151,8 +151,31 @@ def _single(function):
     return moved
 
 
-for _function in (np.reshape, np.ravel, np.transpose, np.moveaxis, np.swapaxes,
-                  np.squeeze, np.expand_dims, np.broadcast_to, np.flip, np.fliplr,
+def _reshaping(function, order_position):
+    """Register ``function(a, ...)`` that only changes the shape of ``a``.
+
+    In C order (the default) the elements keep their order, so the result
+    shares the Jacobian without gathering any row; other orders move data.
+    ``order_position``: where ``order`` may be passed positionally after ``a``.
+    """
+    @implements(function)
+    def reshaped(a, *args, **kwargs):
+        order = kwargs.get("order", "C")
+        if order_position is not None and len(args) > order_position:
+            order = args[order_position]
+        if order != "C" or not isinstance(a, value):
+            return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
+        a._owns = False  # the result may be a view of its value
+        return make(function(a._value, *args, **kwargs), a._jacobian)
+    return reshaped
+
+
+for _function, _position in ((np.reshape, 1), (np.ravel, 0), (np.squeeze, None),
+                             (np.expand_dims, None)):
+    _reshaping(_function, _position)
+
+for _function in (np.transpose, np.moveaxis, np.swapaxes,
+                  np.broadcast_to, np.flip, np.fliplr,
                   np.flipud, np.roll, np.repeat, np.tile, np.diagonal, np.rot90,
                   np.split, np.array_split, np.hsplit, np.vsplit, np.dsplit, np.delete,
                   np.copy, np.matrix_transpose, np.permute_dims):

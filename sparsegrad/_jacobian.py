@@ -28,7 +28,7 @@ from ._errors import SeedMismatchError
 INDEX_DTYPE = np.int64
 
 __all__ = ["Seed", "CSR", "Jacobian", "identity", "zero", "scale", "add", "take_rows",
-           "left_multiply", "vstack", "materialize", "conj", "mask_rows",
+           "left_multiply", "vstack", "materialize", "to_scipy", "conj", "mask_rows",
            "structural_zeros", "common_seed"]
 
 
@@ -69,15 +69,20 @@ class CSR:
     """An immutable canonical CSR matrix (int64 indices; ``data=None``: all ones).
 
     Never modified after construction, so it can be shared by many Jacobians.
+    ``columns``, when not None, says the matrix is a selection (all ones, at
+    most one entry per row) and gives each row's column, ``-1`` for an empty
+    row: row gathers of a selection are then a plain numpy gather of
+    ``columns``.
     """
 
-    __slots__ = ("shape", "indptr", "indices", "data", "_finite", "gathers")
+    __slots__ = ("shape", "indptr", "indices", "data", "_finite", "gathers", "columns")
 
-    def __init__(self, shape, indptr, indices, data):
+    def __init__(self, shape, indptr, indices, data, columns=None):
         self.shape = (int(shape[0]), int(shape[1]))
         self.indptr = _readonly(indptr)
         self.indices = _readonly(indices)
         self.data = None if data is None else _readonly(data)
+        self.columns = None if columns is None else _readonly(columns)
         self._finite = None
         self.gathers = {}  # row gathers of this matrix, shared (see take_rows)
 
@@ -134,7 +139,7 @@ class Jacobian:
     An empty sum is structurally zero.
     """
 
-    __slots__ = ("seed", "n_rows", "terms")
+    __slots__ = ("seed", "n_rows", "_terms", "_blocks")
 
     def __init__(self, seed, n_rows, scale=1, diag=None, matrix=None, terms=None):
         self.seed = seed
@@ -142,7 +147,41 @@ class Jacobian:
         if terms is None:
             factor = scale if diag is None else (diag if _is_one(scale) else diag * scale)
             terms = ((factor, matrix),)
-        self.terms = tuple(terms)
+        self._terms = tuple(terms)
+        self._blocks = None
+
+    @classmethod
+    def stacked(cls, seed, blocks):
+        """Jacobians ``blocks`` stacked vertically, merged only when needed.
+
+        The rows of a concatenation are usually only handed to ``.dvalue``:
+        one merge of the terms of all blocks (each at its row offset) then
+        writes the final matrix, instead of a merge per block and a copy.
+        """
+        J = cls.__new__(cls)
+        J.seed = seed
+        J.n_rows = sum(block.n_rows for block in blocks)
+        J._terms = None
+        J._blocks = tuple(blocks)
+        return J
+
+    @property
+    def terms(self):
+        if self._terms is None:
+            self.terms = ((1, CSR(self.shape, *_merge(self))),)
+        return self._terms
+
+    @terms.setter
+    def terms(self, terms):
+        self._terms = tuple(terms)
+        self._blocks = None
+
+    def pieces(self):
+        """``(first_row, Jacobian)`` of the blocks that make up this Jacobian."""
+        if self._blocks is None:
+            return ((0, self),)
+        offsets = np.cumsum([0] + [block.n_rows for block in self._blocks])
+        return tuple(zip(offsets[:-1].tolist(), self._blocks))
 
     @property
     def shape(self):
@@ -151,12 +190,14 @@ class Jacobian:
     @property
     def is_zero(self):
         """Structurally zero: no stored entry at all."""
-        return all(M is not None and M.nnz == 0 for _, M in self.terms)
+        if self._blocks is not None:
+            return all(block.is_zero for block in self._blocks)
+        return all(M is not None and M.nnz == 0 for _, M in self._terms)
 
     def _single(self):
         """The one term of this Jacobian, merging the terms first if there are several."""
         if len(self.terms) != 1:
-            self.terms = ((1, _merge_terms(self)),)
+            self.terms = ((1, CSR(self.shape, *_merge(self))),)
         return self.terms[0]
 
     @property
@@ -265,35 +306,44 @@ def add(terms):
     return result
 
 
-def _merge_terms(J):
-    """One CSR holding the sum of the terms of ``J`` (structural zeros kept)."""
-    seed, n_rows = J.seed, J.n_rows
-    if not J.terms:
-        return _empty_csr(n_rows, seed.size)
+def _merge(J, index_dtype=None):
+    """``indptr, indices, data`` of ``J`` as one canonical CSR (structural zeros kept).
+
+    The terms of every block of a stacked Jacobian go to the kernel at their
+    row offsets, so the whole matrix is written by one merge.  ``index_dtype``
+    (int64 when None) is the dtype of the returned index arrays.
+    """
+    seed = J.seed
     parts = []
-    for factor, M in J.terms:
-        indptr, indices, data = _csr_arrays(n_rows, M)
-        row_scale = None
-        if not seed.pattern_only and not _is_one(factor):
-            row_scale = np.broadcast_to(factor, (n_rows,))
-        parts.append((indptr, indices, data, row_scale))
-    indptr, indices, data = kernels.merge_scaled(n_rows, seed.size, parts,
-                                                 pattern_only=seed.pattern_only)
-    return CSR((n_rows, seed.size), indptr, indices, data)
+    for first_row, block in J.pieces():
+        n_rows = block.n_rows
+        for factor, M in block.terms:
+            indptr, indices, data = _csr_arrays(n_rows, M)
+            row_scale = None
+            if not seed.pattern_only and not _is_one(factor):
+                row_scale = np.broadcast_to(factor, (n_rows,))
+            parts.append((indptr, indices, data, row_scale, first_row))
+    return kernels.merge_scaled(J.n_rows, seed.size, parts,
+                                pattern_only=seed.pattern_only, index_dtype=index_dtype)
 
 
 _MAX_SELECTIONS = 256
 _MAX_GATHERS = 8
 
 
-def _selection(n_cols, rows):
-    """The matrix whose row ``r`` is row ``rows[r]`` of the identity (``-1``: empty)."""
+def _selection(n_cols, rows, owned=False):
+    """The matrix whose row ``r`` is row ``rows[r]`` of the identity (``-1``: empty).
+
+    ``owned``: ``rows`` is a fresh array that the matrix may keep.
+    """
+    if not owned:
+        rows = rows.copy()
     if len(rows) == 0 or rows.min() >= 0:  # every row selects one column
-        return CSR((len(rows), n_cols), _arange(len(rows) + 1), rows.copy(), None)
+        return CSR((len(rows), n_cols), _arange(len(rows) + 1), rows, None, columns=rows)
     valid = rows >= 0
     indptr = np.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
     np.cumsum(valid, out=indptr[1:])
-    return CSR((len(rows), n_cols), indptr, rows[valid], None)
+    return CSR((len(rows), n_cols), indptr, rows[valid], None, columns=rows)
 
 
 def _gather(seed, M, rows, key):
@@ -316,6 +366,11 @@ def _gather(seed, M, rows, key):
                 return matrix
     if M is None:
         result = _selection(seed.size, rows)
+    elif M.columns is not None:  # a selection of a selection: compose the columns
+        columns = M.columns[rows]
+        if len(rows) and rows.min() < 0:
+            columns[rows < 0] = -1
+        result = _selection(seed.size, columns, owned=True)
     else:
         indptr, indices, data = kernels.gather_rows(M.indptr, M.indices, M.data, rows)
         result = CSR((len(rows), seed.size), indptr, indices, data)
@@ -378,6 +433,8 @@ def left_multiply(A, J):
 
 def materialize(J):
     """``J`` as one :class:`CSR` (data ``None`` only in sparsity mode)."""
+    if J._blocks is not None:
+        J._single()
     if not J.terms:
         return _empty_csr(J.n_rows, J.seed.size)
     factor, M = J._single()
@@ -394,23 +451,36 @@ def materialize(J):
 
 
 def vstack(jacobians):
-    """Jacobians stacked vertically (all with the same seed)."""
+    """Jacobians stacked vertically (all with the same seed), merged when needed."""
     seed = common_seed(jacobians)
     if len(jacobians) == 1:
         return jacobians[0]
-    parts = [materialize(J) for J in jacobians]
-    offsets = np.cumsum([0] + [p.nnz for p in parts])
-    indptr = np.concatenate([parts[0].indptr[:1]] + [
-        p.indptr[1:] + off for p, off in zip(parts, offsets[:-1])])
-    indices = np.concatenate([p.indices for p in parts])
-    data = None
-    if not seed.pattern_only:
-        data = np.concatenate([p.data if p.data is not None else np.ones(p.nnz)
-                               for p in parts])
-    n_rows = sum(J.n_rows for J in jacobians)
-    return Jacobian(seed, n_rows,
-                    matrix=CSR((n_rows, seed.size), indptr.astype(INDEX_DTYPE), indices,
-                               data))
+    blocks = []
+    for J in jacobians:
+        blocks.extend(block for _, block in J.pieces())
+    return Jacobian.stacked(seed, blocks)
+
+
+def to_scipy(J, dtype):
+    """``J`` as a new ``scipy.sparse.csr_matrix`` of ``dtype`` that owns its arrays.
+
+    The arrays come straight from one merge of all terms (int32 indices when
+    they fit, as scipy would convert them anyway), so nothing the Jacobian
+    keeps is shared with the matrix the user may modify.
+    """
+    import scipy.sparse
+    bound = sum(J.n_rows if M is None else M.nnz
+                for _, block in J.pieces() for _, M in block.terms)
+    index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
+    indptr, indices, data = _merge(J, index_dtype=index)
+    if data is None:
+        data = np.ones(len(indices), dtype)
+    elif np.iscomplexobj(data) and not np.issubdtype(dtype, np.complexfloating):
+        # real results of complex intermediates (abs, .real): imaginary parts are 0
+        data = data.real.astype(dtype)
+    else:
+        data = data.astype(dtype, copy=False)
+    return scipy.sparse.csr_matrix((data, indices, indptr), shape=J.shape, copy=False)
 
 
 def conj(J):

@@ -91,13 +91,16 @@ def _call(ufunc, inputs, kwargs):
     if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
         return _non_holomorphic(ufunc, name, inputs[0], out)
     partials = rules.DERIVATIVES[ufunc]
+    for i, _ in forwards:
+        if partials[i] is None:
+            raise unsupported(name, "argument %d is an integer and cannot depend on "
+                              "the seed" % (i + 1))
+    if seed.pattern_only:  # the union of the operands' patterns; no partials needed
+        return make(out, jac.add([broadcast_jacobian(x, out.shape) for _, x in forwards]))
     terms = []
     with np.errstate(all="ignore"):  # numpy already warned about the value
         for i, x in forwards:
             partial = partials[i]
-            if partial is None:
-                raise unsupported(name, "argument %d is an integer and cannot depend on "
-                                  "the seed" % (i + 1))
             if callable(partial):
                 partial = partial(*values, out)
             if np.ndim(partial) > 0:

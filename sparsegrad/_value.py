@@ -82,12 +82,7 @@ class value(NDArrayOperatorsMixin):
             dtype = self._value.dtype
         else:
             dtype = np.float64
-        csr = jac.materialize(J)
-        if (csr.data is not None and np.iscomplexobj(csr.data)
-                and not np.issubdtype(dtype, np.complexfloating)):
-            # real results of complex intermediates (abs, .real): imaginary parts are 0
-            csr = jac.CSR(csr.shape, csr.indptr, csr.indices, csr.data.real)
-        matrix = csr.to_scipy(dtype)
+        matrix = jac.to_scipy(J, dtype)
         if seed.scalar and self._value.ndim == 0:
             return matrix.toarray().reshape(())
         return matrix

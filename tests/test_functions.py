@@ -111,7 +111,20 @@ def case(name, f, shapes, method="complex", exact=True):
     CASES[name] = (f, shapes, method, exact)
 
 
+def _assembled(x):
+    """``2 x`` with ``x[-1:]`` added to the first row, written into ``np.zeros(like=x)``."""
+    F = np.zeros(np.shape(x), dtype=x.dtype, like=x)
+    F[...] = 2 * x
+    F[:1] += x[-1:]
+    return F
+
+
 # ---- joining ----------------------------------------------------------------
+case("concatenate-then-elementwise-and-gather",
+     lambda x: (np.exp(np.concatenate([x, np.sin(x) * x, x[:1]])) * 2)[::-1],
+     [S1, S2, E1])
+case("concatenate-nested",
+     lambda x: np.concatenate([np.concatenate([x, x * x]), _c(x.shape), x[::-1]]), [S1])
 case("concatenate-axis0", lambda x: np.concatenate([x, _c(x.shape)]), [S1, S2, S3, E1, E2])
 case("concatenate-axis-1",
      lambda x: np.concatenate([_c(x.shape[:-1] + (2,)), x], axis=-1), [S1, S2, S3, E2])
@@ -237,6 +250,11 @@ case("reshape-0d", lambda x: np.reshape(x, (1, 1)), [S0, (1,)])
 case("reshape-to-0d", lambda x: np.reshape(x, ()), [(1,), (1, 1)])
 case("reshape-empty", lambda x: np.reshape(x, (3, 0)), [E2])
 case("ravel", lambda x: np.ravel(x), [S0, S1, S2, S3, E2])
+case("reshape-F", lambda x: np.reshape(x, (x.size // 2, 2), order="F"), [S1, S2, S3])
+case("reshape-F-positional", lambda x: np.reshape(x, (x.size // 2, 2), "F"), [S2])
+case("ravel-F", lambda x: np.ravel(x, order="F"), [S2, S3])
+case("ravel-F-of-transpose", lambda x: np.ravel(np.transpose(x), "F"), [S2, S3])
+case("reshape-of-assembled", lambda x: np.reshape(_assembled(x), (-1,)), [S2])
 case("transpose", lambda x: np.transpose(x), [S0, S1, S2, S3])
 case("transpose-axes", lambda x: np.transpose(x, (1, 0, 2)), [S3])
 case("transpose-axes-neg", lambda x: np.transpose(x, (-1, 0, 1)), [S3])

@@ -144,6 +144,37 @@ class TestAlgebra:
         V = jac.vstack([jac.identity(s), Z, jac.scale(jac.identity(s), 3.0)])
         assert_array_equal(_to_dense(V), np.vstack([np.eye(2), np.zeros((2, 2)), 3 * np.eye(2)]))
 
+    def test_vstack_is_merged_once_when_needed(self):
+        s = _seed(3)
+        A = jac.add([jac.identity(s), jac.Jacobian(s, 3, matrix=_csr(np.eye(3)[[2, 0, 1]]))])
+        B = jac.scale(jac.take_rows(jac.identity(s), np.array([1, -1])), 2.0)
+        V = jac.vstack([A, jac.zero(s, 1), jac.vstack([B, A])])
+        expected = np.vstack([np.eye(3) + np.eye(3)[[2, 0, 1]], np.zeros((1, 3)),
+                              2 * np.eye(3)[[1]], np.zeros((1, 3)),
+                              np.eye(3) + np.eye(3)[[2, 0, 1]]])
+        assert V.shape == (9, 3) and not V.is_zero
+        assert [J.n_rows for _, J in V.pieces()] == [3, 1, 2, 3]  # nested stacks flatten
+        m = jac.to_scipy(V, np.float64)
+        assert m.indices.dtype == np.int32 and m.indptr.dtype == np.int32
+        assert_array_equal(m.toarray(), expected)
+        assert_array_equal(_to_dense(jac.take_rows(V, np.array([8, 0]))), expected[[8, 0]])
+        assert_array_equal(_to_dense(jac.scale(V, 3.0)), 3 * expected)
+        assert jac.vstack([jac.zero(s, 2), jac.zero(s, 1)]).is_zero
+
+    def test_to_scipy_owns_its_arrays(self):
+        s = _seed(3)
+        M = _csr([[1, 0, 2], [0, 3, 0], [4, 0, 0]])
+        J = jac.Jacobian(s, 3, matrix=M)
+        m = jac.to_scipy(J, np.float64)
+        m.data[:] = 0.0
+        m.indices[:] = 0
+        assert_array_equal(_to_dense(J), [[1, 0, 2], [0, 3, 0], [4, 0, 0]])
+        z = jac.to_scipy(jac.zero(s, 2), np.float32)
+        assert z.shape == (2, 3) and z.nnz == 0 and z.dtype == np.float32
+        p = jac.to_scipy(jac.identity(_seed(2, pattern_only=True)), np.bool_)
+        assert p.dtype == np.bool_
+        assert_array_equal(p.toarray(), np.eye(2, dtype=bool))
+
     def test_mask_rows_does_not_leak_nonfinite(self):
         s = _seed(3)
         J = jac.Jacobian(s, 3, 1.0, np.array([np.inf, 2.0, np.nan]))
@@ -188,6 +219,17 @@ def _x(n, k=0):
 
 
 IDX = np.array([4, 0, 0, 2, -1, 3])
+
+
+@pytest.mark.parametrize("reshape", [
+    lambda z: z.reshape(2, 3), lambda z: np.ravel(z), lambda z: np.squeeze(z[None]),
+    lambda z: np.expand_dims(z, -1), lambda z: np.reshape(z, (3, 2), order="C"),
+], ids=["method", "ravel", "squeeze", "expand_dims", "order-C"])
+def test_reshapes_in_c_order_share_the_jacobian(reshape):
+    x = forward.seed(_x(6).reshape(3, 2))
+    y = np.sin(x)
+    assert reshape(y)._jacobian is y._jacobian
+    assert np.reshape(y, (2, 3), order="F")._jacobian is not y._jacobian
 
 
 @pytest.mark.parametrize("op", [
