@@ -260,6 +260,11 @@ def scale(J, factor):
         factor = np.asarray(factor).reshape(-1)
     elif _is_one(factor):
         return J
+    if J._blocks is not None:  # scale block by block: the stack stays unmerged
+        return Jacobian.stacked(J.seed, [
+            scale(block, factor if np.ndim(factor) == 0
+                  else factor[first:first + block.n_rows])
+            for first, block in J.pieces()])
     terms = tuple((_times(f, factor), M) for f, M in J.terms)
     return Jacobian(J.seed, J.n_rows, terms=terms)
 
@@ -291,6 +296,11 @@ def add(terms):
     live = [J for J in terms if not J.is_zero]
     if len(live) <= 1:
         return live[0] if live else terms[0]
+    if all(J._blocks is not None for J in live):
+        rows = [[block.n_rows for block in J._blocks] for J in live]
+        if all(r == rows[0] for r in rows[1:]):  # same stacking: add block by block
+            return Jacobian.stacked(seed, [add(list(blocks))
+                                           for blocks in zip(*(J._blocks for J in live))])
     combined = {}
     for J in live:
         for factor, M in J.terms:

@@ -157,8 +157,19 @@ class TestAlgebra:
         m = jac.to_scipy(V, np.float64)
         assert m.indices.dtype == np.int32 and m.indptr.dtype == np.int32
         assert_array_equal(m.toarray(), expected)
-        assert_array_equal(_to_dense(jac.take_rows(V, np.array([8, 0]))), expected[[8, 0]])
         assert_array_equal(_to_dense(jac.scale(V, 3.0)), 3 * expected)
+        factor = np.arange(9.0)
+        scaled = jac.scale(V, factor)
+        total = jac.add([scaled, V])
+        assert scaled._blocks is not None  # scaled block by block, not merged
+        assert total._blocks is not None
+        assert_array_equal(_to_dense(scaled), factor[:, None] * expected)
+        assert_array_equal(_to_dense(total), (factor[:, None] + 1) * expected)
+        I = jac.identity(s)
+        other = jac.add([V, jac.vstack([I, I, I])])  # other row blocks: merged
+        assert_array_equal(_to_dense(other), expected + np.vstack([np.eye(3)] * 3))
+        # a gather merges the stack once
+        assert_array_equal(_to_dense(jac.take_rows(V, np.array([8, 0]))), expected[[8, 0]])
         assert jac.vstack([jac.zero(s, 2), jac.zero(s, 1)]).is_zero
 
     def test_to_scipy_owns_its_arrays(self):
