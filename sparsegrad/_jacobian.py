@@ -126,17 +126,18 @@ def _arange(n):
 
 
 class Jacobian:
-    """A sum of row-scaled matrices, ``sum_k diag(factor_k) @ M_k``.
+    """A sum of row-scaled matrices, ``sum_k s_k * diag(d_k) @ M_k``.
 
-    Each term is ``(factor, matrix)``: ``factor`` is a scalar or a vector with
-    one entry per row, ``matrix`` a shared :class:`CSR` or ``None`` for the
-    identity.  No two terms share a matrix object.  A single term is the
-    factored form ``s * diag(d) * M`` (``scale``, ``diag`` and ``matrix`` read
-    it); sums of terms with different matrices stay unmerged until the number
-    of terms grows large or a merged matrix is needed, so that elementwise
-    operations on a sum only touch row factors and the final merge happens
-    once.  In sparsity mode (``seed.pattern_only``) the factors are ignored.
-    An empty sum is structurally zero.
+    Each term is ``(s, d, matrix)``: a scalar ``s``, a vector ``d`` with one
+    entry per row or ``None`` (all ones), and ``matrix``, a shared :class:`CSR`
+    or ``None`` for the identity.  No two terms share a matrix object.  A
+    single term is the factored form ``s * diag(d) * M`` (``scale``, ``diag``
+    and ``matrix`` read it).  Multiplying by a scalar only touches ``s``, by a
+    vector only ``d``; sums of terms with different matrices stay unmerged
+    until the number of terms grows large or a merged matrix is needed, so that
+    elementwise operations on a sum only touch row factors and the final merge
+    happens once.  In sparsity mode (``seed.pattern_only``) the factors are
+    ignored.  An empty sum is structurally zero.
     """
 
     __slots__ = ("seed", "n_rows", "_terms", "_blocks")
@@ -145,8 +146,7 @@ class Jacobian:
         self.seed = seed
         self.n_rows = int(n_rows)
         if terms is None:
-            factor = scale if diag is None else (diag if _is_one(scale) else diag * scale)
-            terms = ((factor, matrix),)
+            terms = ((scale, None if diag is None else np.asarray(diag).reshape(-1), matrix),)
         self._terms = tuple(terms)
         self._blocks = None
 
@@ -168,7 +168,7 @@ class Jacobian:
     @property
     def terms(self):
         if self._terms is None:
-            self.terms = ((1, CSR(self.shape, *_merge(self))),)
+            self.terms = ((1, None, CSR(self.shape, *_merge(self))),)
         return self._terms
 
     @terms.setter
@@ -192,35 +192,40 @@ class Jacobian:
         """Structurally zero: no stored entry at all."""
         if self._blocks is not None:
             return all(block.is_zero for block in self._blocks)
-        return all(M is not None and M.nnz == 0 for _, M in self._terms)
+        return all(M is not None and M.nnz == 0 for _, _, M in self._terms)
 
     def _single(self):
         """The one term of this Jacobian, merging the terms first if there are several."""
         if len(self.terms) != 1:
-            self.terms = ((1, CSR(self.shape, *_merge(self))),)
+            self.terms = ((1, None, CSR(self.shape, *_merge(self))),)
         return self.terms[0]
 
     @property
     def matrix(self):
-        return self._single()[1]
+        return self._single()[2]
 
     @property
     def diag(self):
-        factor = self._single()[0]
-        return None if np.ndim(factor) == 0 else factor
+        return self._single()[1]
 
     @property
     def scale(self):
-        factor = self._single()[0]
-        return factor if np.ndim(factor) == 0 else 1
+        return self._single()[0]
 
     def row_factor(self):
-        """The row factor of the single term: a scalar or a vector."""
-        return self._single()[0]
+        """The row factor ``s * d`` of the single term: a scalar or a vector."""
+        return _factor(*self._single()[:2])
 
 
 def _is_one(factor):
     return np.ndim(factor) == 0 and factor == 1
+
+
+def _factor(s, d):
+    """``s * d`` as one scalar or vector (``d`` None: all ones)."""
+    if d is None:
+        return s
+    return d if _is_one(s) else d * s
 
 
 #: terms a sum may hold before they are merged into one matrix
@@ -265,16 +270,11 @@ def scale(J, factor):
             scale(block, factor if np.ndim(factor) == 0
                   else factor[first:first + block.n_rows])
             for first, block in J.pieces()])
-    terms = tuple((_times(f, factor), M) for f, M in J.terms)
+    if np.ndim(factor) == 0:
+        terms = tuple((s * factor, d, M) for s, d, M in J.terms)
+    else:
+        terms = tuple((s, factor if d is None else d * factor, M) for s, d, M in J.terms)
     return Jacobian(J.seed, J.n_rows, terms=terms)
-
-
-def _times(a, b):
-    if _is_one(a):
-        return b
-    if _is_one(b):
-        return a
-    return a * b
 
 
 def _csr_arrays(n_rows, matrix):
@@ -303,13 +303,16 @@ def add(terms):
                                            for blocks in zip(*(J._blocks for J in live))])
     combined = {}
     for J in live:
-        for factor, M in J.terms:
-            key = id(M)
-            if key in combined:
-                if not seed.pattern_only:
-                    combined[key] = (combined[key][0] + factor, M)
-            else:
-                combined[key] = (factor, M)
+        for term in J.terms:
+            key = id(term[2])
+            if key not in combined:
+                combined[key] = term
+            elif not seed.pattern_only:
+                s, d, M = combined[key]
+                if d is None and term[1] is None:
+                    combined[key] = (s + term[0], None, M)
+                else:
+                    combined[key] = (1, _factor(s, d) + _factor(*term[:2]), M)
     result = Jacobian(seed, n_rows, terms=combined.values())
     if len(result.terms) > MAX_TERMS:
         result._single()
@@ -327,9 +330,10 @@ def _merge(J, index_dtype=None):
     parts = []
     for first_row, block in J.pieces():
         n_rows = block.n_rows
-        for factor, M in block.terms:
+        for s, d, M in block.terms:
             indptr, indices, data = _csr_arrays(n_rows, M)
             row_scale = None
+            factor = _factor(s, d)
             if not seed.pattern_only and not _is_one(factor):
                 row_scale = np.broadcast_to(factor, (n_rows,))
             parts.append((indptr, indices, data, row_scale, first_row))
@@ -406,13 +410,13 @@ def take_rows(J, rows, key=None):
         return J
     if J.is_zero:
         return zero(J.seed, n)
-    if len(J.terms) > 1 and any(M is not None and M.nnz > 2 * J.n_rows for _, M in J.terms):
+    if len(J.terms) > 1 and any(M is not None and M.nnz > 2 * J.n_rows for _, _, M in J.terms):
         J._single()  # dense-ish terms: one gather of the merged matrix is cheaper
     terms = []
-    for factor, M in J.terms:
-        if np.ndim(factor) > 0:
-            factor = factor[rows] if n else factor[:0]
-        terms.append((factor, _gather(J.seed, M, rows, key)))
+    for s, d, M in J.terms:
+        if d is not None:
+            d = d[rows] if n else d[:0]
+        terms.append((s, d, _gather(J.seed, M, rows, key)))
     return Jacobian(J.seed, n, terms=terms)
 
 
@@ -422,7 +426,7 @@ def left_multiply(A, J):
     seed = J.seed
     if J.is_zero:
         return zero(seed, n_out)
-    factor, M = J._single()
+    factor, M = J.row_factor(), J.matrix
     a_data = A.data
     if not seed.pattern_only:
         if np.ndim(factor) == 0:
@@ -447,7 +451,7 @@ def materialize(J):
         J._single()
     if not J.terms:
         return _empty_csr(J.n_rows, J.seed.size)
-    factor, M = J._single()
+    factor, M = J.row_factor(), J.matrix
     if M is not None and _is_one(factor) and (M.data is not None or J.seed.pattern_only):
         return M
     indptr, indices, data = _csr_arrays(J.n_rows, M)
@@ -480,7 +484,7 @@ def to_scipy(J, dtype):
     """
     import scipy.sparse
     bound = sum(J.n_rows if M is None else M.nnz
-                for _, block in J.pieces() for _, M in block.terms)
+                for _, block in J.pieces() for _, _, M in block.terms)
     index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
     indptr, indices, data = _merge(J, index_dtype=index)
     if data is None:
@@ -498,10 +502,10 @@ def conj(J):
     if J.seed.pattern_only or J.is_zero:
         return J
     terms = []
-    for factor, M in J.terms:
+    for s, d, M in J.terms:
         if M is not None and M.data is not None and np.iscomplexobj(M.data):
             M = CSR(M.shape, M.indptr, M.indices, np.conj(M.data))
-        terms.append((np.conj(factor), M))
+        terms.append((np.conj(s), None if d is None else np.conj(d), M))
     return Jacobian(J.seed, J.n_rows, terms=terms)
 
 
@@ -515,15 +519,15 @@ def mask_rows(J, keep):
         return J
     keep = np.asarray(keep, dtype=bool).reshape(-1)
     terms = []
-    for factor, M in J.terms:
-        factor = np.broadcast_to(factor, (J.n_rows,))
+    for s, d, M in J.terms:
+        factor = np.broadcast_to(_factor(s, d), (J.n_rows,))
         if M is None or M.finite:
-            terms.append((np.where(keep, factor, 0), M))
+            terms.append((1, np.where(keep, factor, 0), M))
             continue
         single = materialize(Jacobian(J.seed, J.n_rows, matrix=M, diag=factor))
         entry_keep = np.repeat(keep, np.diff(single.indptr))
-        terms.append((1, CSR(single.shape, single.indptr, single.indices,
-                             np.where(entry_keep, single.data, 0))))
+        terms.append((1, None, CSR(single.shape, single.indptr, single.indices,
+                                   np.where(entry_keep, single.data, 0))))
     return Jacobian(J.seed, J.n_rows, terms=terms)
 
 
