@@ -348,9 +348,9 @@ _MAX_GATHERS = 8
 def _selection(n_cols, rows, owned=False):
     """The matrix whose row ``r`` is row ``rows[r]`` of the identity (``-1``: empty).
 
-    ``owned``: ``rows`` is a fresh array that the matrix may keep.
+    ``owned``: ``rows`` is a fresh or read-only array that the matrix may keep.
     """
-    if not owned:
+    if not owned and rows.flags.writeable:
         rows = rows.copy()
     if len(rows) == 0 or rows.min() >= 0:  # every row selects one column
         return CSR((len(rows), n_cols), _arange(len(rows) + 1), rows, None, columns=rows)
@@ -358,6 +358,64 @@ def _selection(n_cols, rows, owned=False):
     indptr = np.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
     np.cumsum(valid, out=indptr[1:])
     return CSR((len(rows), n_cols), indptr, rows[valid], None, columns=rows)
+
+
+class _Rows:
+    """Row numbers to gather: an int array, possibly a strided view of ``arange``.
+
+    ``pick(v)`` is ``v[rows.ravel()]`` for a 1-d array ``v`` with one entry per
+    source row.  When ``rows`` was obtained from the row numbers
+    ``arange(n).reshape(shape)`` by basic indexing (slices, integers, ``None``),
+    it is a strided view of that arange, and the same strides read any other
+    contiguous array of length ``n``: a strided copy, with no index array built
+    and no random access.
+    """
+
+    __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous")
+
+    def __init__(self, rows, n_source):
+        rows = np.asarray(rows)
+        self.shape = rows.shape
+        self.size = rows.size
+        self._flat = None
+        self._base = _arange(n_source)
+        self._view = None
+        if rows.base is self._base and rows.dtype == INDEX_DTYPE:
+            item = rows.itemsize
+            self._view = ((rows.ctypes.data - self._base.ctypes.data) // item,
+                          tuple(step // item for step in rows.strides))
+            self._contiguous = rows.flags.c_contiguous
+        else:
+            self._flat = rows.astype(INDEX_DTYPE, copy=False).reshape(-1)
+
+    def is_all(self):
+        """Whether the rows are ``0, 1, ..., n - 1`` for ``n`` source rows, in order."""
+        n = len(self._base)
+        if self._view is not None:  # a C-contiguous view of all of arange(n)
+            return self._view[0] == 0 and self.size == n and self._contiguous
+        rows = self._flat
+        return (len(rows) == n and (n == 0 or rows[0] == 0 and rows[-1] == n - 1)
+                and np.array_equal(rows, self._base))
+
+    def has_empty(self):
+        """Whether some row number is ``-1`` (a zero row); views of arange never are."""
+        return self._view is None and self.size > 0 and self._flat.min() < 0
+
+    @property
+    def flat(self):
+        """The row numbers as a 1-d int64 array."""
+        if self._flat is None:
+            self._flat = self.pick(self._base)
+        return self._flat
+
+    def pick(self, v):
+        """``v[rows]`` as a 1-d array (a view when the rows are a contiguous run)."""
+        if self._view is None or v.ndim != 1 or not v.flags.c_contiguous:
+            return v[self.flat]
+        offset, steps = self._view
+        item = v.itemsize
+        return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,
+                          strides=tuple(step * item for step in steps)).ravel()
 
 
 def _gather(seed, M, rows, key):
@@ -376,22 +434,22 @@ def _gather(seed, M, rows, key):
         hit = cache.get(key)
         if hit is not None:
             stored_rows, matrix = hit
-            if stored_rows is None or np.array_equal(stored_rows, rows):
+            if stored_rows is None or np.array_equal(stored_rows, rows.flat):
                 return matrix
     if M is None:
-        result = _selection(seed.size, rows)
+        result = _selection(seed.size, rows.flat)
     elif M.columns is not None:  # a selection of a selection: compose the columns
-        columns = M.columns[rows]
-        if len(rows) and rows.min() < 0:
-            columns[rows < 0] = -1
+        columns = rows.pick(M.columns)
+        if rows.has_empty():
+            columns[rows.flat < 0] = -1
         result = _selection(seed.size, columns, owned=True)
     else:
-        indptr, indices, data = kernels.gather_rows(M.indptr, M.indices, M.data, rows)
-        result = CSR((len(rows), seed.size), indptr, indices, data)
+        indptr, indices, data = kernels.gather_rows(M.indptr, M.indices, M.data, rows.flat)
+        result = CSR((rows.size, seed.size), indptr, indices, data)
     if cache is not None:
         if len(cache) >= (_MAX_SELECTIONS if M is None else _MAX_GATHERS):
             cache.clear()
-        cache[key] = (rows.copy() if key[0] == "array" else None, result)
+        cache[key] = (rows.flat.copy() if key[0] == "array" else None, result)
     return result
 
 
@@ -403,10 +461,9 @@ def take_rows(J, rows, key=None):
     hashable description of ``rows`` under which identical gathers share their
     matrix.
     """
-    rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
-    n = len(rows)
-    if n == J.n_rows and (n == 0 or (rows[0] == 0 and rows[-1] == n - 1
-                                     and np.array_equal(rows, _arange(n)))):
+    rows = _Rows(rows, J.n_rows)
+    n = rows.size
+    if n == J.n_rows and (n == 0 or rows.is_all()):
         return J
     if J.is_zero:
         return zero(J.seed, n)
@@ -415,9 +472,12 @@ def take_rows(J, rows, key=None):
     terms = []
     for s, d, M in J.terms:
         if d is not None:
-            d = d[rows] if n else d[:0]
+            d = rows.pick(d) if n else d[:0]
         terms.append((s, d, _gather(J.seed, M, rows, key)))
     return Jacobian(J.seed, n, terms=terms)
+
+
+
 
 
 def left_multiply(A, J):

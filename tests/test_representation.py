@@ -417,3 +417,28 @@ def test_scalar_seed_shapes():
     s = np.sum(forward.seed(np.arange(3.0)) ** 2)
     assert isinstance(s.dvalue, sp.csr_matrix) and s.dvalue.shape == (1, 3)
     assert_array_equal(s.dvalue.toarray(), [[0.0, 2.0, 4.0]])
+
+
+@pytest.mark.parametrize("shape,key", [
+    ((12,), slice(None)), ((12,), slice(None, None, -1)), ((12,), slice(2, -3, 3)),
+    ((3, 4), (slice(None, None, -1), slice(1, 3))), ((3, 4), (1,)), ((3, 4), (Ellipsis, 2)),
+    ((3, 4), (None, slice(1, None), None, slice(None, None, -2))), ((2, 3, 2), (0, 1, 1)),
+    ((2, 3, 2), (slice(0, 0),)), ((3, 4), (slice(None), slice(None))),
+])
+def test_rows_from_basic_indexing_read_by_strides(shape, key):
+    n = int(np.prod(shape))
+    view = jac._arange(n).reshape(shape)[key]
+    rows = jac._Rows(view, n)
+    # recognised as a view: no index array (a full integer index gives a scalar)
+    assert (rows._view is not None) == isinstance(view, np.ndarray)
+    view = np.asarray(view)
+    v = np.linspace(-1.0, 1.0, n)
+    assert_array_equal(rows.pick(v), v[view.ravel()])
+    assert_array_equal(rows.flat, view.ravel())
+    assert rows.is_all() == (view.size == n and np.array_equal(view.ravel(), np.arange(n)))
+    assert not rows.has_empty()
+    s = _seed(n)
+    J = jac.scale(jac.add([jac.identity(s), jac.Jacobian(s, n, matrix=_csr(np.eye(n)[::-1]))]), v)
+    expected = (np.diag(v) @ (np.eye(n) + np.eye(n)[::-1]))[view.ravel()]
+    assert_array_equal(_to_dense(jac.take_rows(J, view)), expected)
+    assert_array_equal(_to_dense(jac.take_rows(J, view.copy())), expected)
