@@ -9,6 +9,7 @@
 from . import forward
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
+from ._memory import keep_freed_memory
 # the 0.0.15 API: ``from sparsegrad import *`` gives forward and these functions;
 # ``sparsevec`` is the submodule, callable as the 0.0.15 ``sparsevec(n, idx, v)``
 from .functions import where, dot, sum, hstack, stack, branch, apply, asdifferentiable
@@ -18,6 +19,6 @@ from .sparsevec import sparsesum, sparsesum_bare
 version = __version__ = "0.1.0.dev0"
 
 __all__ = ["forward", "UnsupportedOperationError", "DensificationError",
-           "SeedMismatchError", "KERNELS", "version",
+           "SeedMismatchError", "KERNELS", "version", "keep_freed_memory",
            "where", "dot", "sum", "hstack", "stack", "branch", "apply", "asdifferentiable",
            "sparsevec", "sparsesum", "sparsesum_bare"]
