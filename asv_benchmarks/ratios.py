@@ -6,6 +6,7 @@ Run from the repository root::
     python -m asv_benchmarks.ratios --problems sw,pb --quick
     python -m asv_benchmarks.ratios --json docs/performance.json
     python -m asv_benchmarks.ratios --size sw=20,40 --quick   # other sizes
+    python -m asv_benchmarks.ratios --keep-freed-memory      # glibc keeps freed heap memory
 
 For each problem and size it prints, all measured in this one process:
 
@@ -335,7 +336,8 @@ def environment():
             "scipy": scipy.__version__, "sparsegrad": sparsegrad.__version__,
             "kernels": sparsegrad.KERNELS, "machine": platform.machine(),
             "processor": platform.processor(), "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "malloc_top_pad": os.environ.get("MALLOC_TOP_PAD_", "")}
 
 
 def run(cases, repeats=7, min_time=0.02, memory=True, out=print):
@@ -380,7 +382,15 @@ def main(argv=None):
     parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc run")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--strict", action="store_true", help="exit status 1 if a target fails")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="call sparsegrad.keep_freed_memory() first (glibc keeps freed "
+                             "heap memory instead of faulting it in again; see "
+                             "docs/performance.md); off by default")
     args = parser.parse_args(argv)
+    if args.keep_freed_memory:
+        import sparsegrad
+        if not sparsegrad.keep_freed_memory():
+            print("keep_freed_memory: not glibc, nothing changed")
 
     keys = [k for k in args.problems.split(",") if k]
     for k in keys:
@@ -390,6 +400,7 @@ def main(argv=None):
     repeats = args.repeats or (3 if args.quick else 7)
     min_time = args.min_time if args.min_time is not None else (0.005 if args.quick else 0.02)
     data = run(cases, repeats=repeats, min_time=min_time, memory=not args.no_memory)
+    data["keep_freed_memory"] = bool(args.keep_freed_memory)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
