@@ -72,23 +72,59 @@ class CSR:
     ``columns``, when not None, says the matrix is a selection (all ones, at
     most one entry per row) and gives each row's column, ``-1`` for an empty
     row: row gathers of a selection are then a plain numpy gather of
-    ``columns``.
+    ``columns``, and its ``indptr``/``indices`` are only built when something
+    reads them (:meth:`selection`).
     """
 
-    __slots__ = ("shape", "indptr", "indices", "data", "_finite", "gathers", "columns")
+    __slots__ = ("shape", "_indptr", "_indices", "data", "_finite", "gathers", "columns",
+                 "_nnz")
 
     def __init__(self, shape, indptr, indices, data, columns=None):
         self.shape = (int(shape[0]), int(shape[1]))
-        self.indptr = _readonly(indptr)
-        self.indices = _readonly(indices)
+        self._indptr = None if indptr is None else _readonly(indptr)
+        self._indices = None if indices is None else _readonly(indices)
         self.data = None if data is None else _readonly(data)
         self.columns = None if columns is None else _readonly(columns)
         self._finite = None
+        self._nnz = None
         self.gathers = {}  # row gathers of this matrix, shared (see take_rows)
+
+    @classmethod
+    def selection(cls, n_cols, columns):
+        """The selection whose row ``r`` holds a one at column ``columns[r]`` (``-1``: none).
+
+        ``columns`` is kept (made read-only), not copied.
+        """
+        n = len(columns)
+        if n == 0 or columns.min() >= 0:  # every row selects one column
+            return cls((n, n_cols), _arange(n + 1), columns, None, columns=columns)
+        return cls((n, n_cols), None, None, None, columns=columns)
+
+    def _compress(self):
+        valid = self.columns >= 0
+        indptr = np.zeros(len(valid) + 1, dtype=INDEX_DTYPE)
+        np.cumsum(valid, out=indptr[1:])
+        self._indptr = _readonly(indptr)
+        self._indices = _readonly(self.columns[valid])
+
+    @property
+    def indptr(self):
+        if self._indptr is None:
+            self._compress()
+        return self._indptr
+
+    @property
+    def indices(self):
+        if self._indices is None:
+            self._compress()
+        return self._indices
 
     @property
     def nnz(self):
-        return int(self.indptr[-1])
+        if self._nnz is None:
+            self._nnz = (int(self._indptr[-1]) if self._indptr is not None
+                         else int(np.count_nonzero(self.columns >= 0)))
+        return self._nnz
 
     @property
     def finite(self):
@@ -352,12 +388,7 @@ def _selection(n_cols, rows, owned=False):
     """
     if not owned and rows.flags.writeable:
         rows = rows.copy()
-    if len(rows) == 0 or rows.min() >= 0:  # every row selects one column
-        return CSR((len(rows), n_cols), _arange(len(rows) + 1), rows, None, columns=rows)
-    valid = rows >= 0
-    indptr = np.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
-    np.cumsum(valid, out=indptr[1:])
-    return CSR((len(rows), n_cols), indptr, rows[valid], None, columns=rows)
+    return CSR.selection(n_cols, rows)
 
 
 class _Rows:
