@@ -104,7 +104,9 @@ def _call(ufunc, inputs, kwargs):
             if callable(partial):
                 partial = partial(*values, out)
             if np.ndim(partial) > 0:
-                partial = np.broadcast_to(partial, out.shape).ravel()
+                if np.shape(partial) != out.shape:
+                    partial = np.broadcast_to(partial, out.shape)
+                partial = partial.ravel()
             elif not isinstance(partial, (int, float)):
                 partial = partial[()] if isinstance(partial, np.ndarray) else partial
             terms.append(jac.scale(broadcast_jacobian(x, out.shape), partial))
