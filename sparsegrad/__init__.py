@@ -9,16 +9,19 @@
 from . import forward
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
+from ._api import jacobian, value_and_jacobian, jvp, sparsity
 from ._memory import keep_freed_memory
 # the 0.0.15 API: ``from sparsegrad import *`` gives forward and these functions;
 # ``sparsevec`` is the submodule, callable as the 0.0.15 ``sparsevec(n, idx, v)``
 from .functions import where, dot, sum, hstack, stack, branch, apply, asdifferentiable
 from . import sparsevec
+from . import optimize
 from .sparsevec import sparsesum, sparsesum_bare
 
 version = __version__ = "0.1.0.dev0"
 
 __all__ = ["forward", "UnsupportedOperationError", "DensificationError",
-           "SeedMismatchError", "KERNELS", "version", "keep_freed_memory",
+           "SeedMismatchError", "KERNELS", "version",
+           "jacobian", "value_and_jacobian", "jvp", "sparsity", "keep_freed_memory",
            "where", "dot", "sum", "hstack", "stack", "branch", "apply", "asdifferentiable",
-           "sparsevec", "sparsesum", "sparsesum_bare"]
+           "sparsevec", "sparsesum", "sparsesum_bare", "optimize"]

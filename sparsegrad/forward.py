@@ -27,28 +27,50 @@ def _seed_array(x):
     return array
 
 
-def _seed(x, pattern_only):
-    array = _seed_array(x)
-    seed = _jacobian.Seed(array.size, scalar=array.ndim == 0,
-                          complex=np.iscomplexobj(array), pattern_only=pattern_only)
-    return make(array, _jacobian.identity(seed))
+def _seed(arrays, pattern_only, name):
+    if not arrays:
+        raise TypeError("sparsegrad.forward.%s needs at least one array" % name)
+    arrays = [_seed_array(x) for x in arrays]
+    if len(arrays) == 1:
+        array, = arrays
+        seed = _jacobian.Seed(array.size, scalar=array.ndim == 0,
+                              complex=np.iscomplexobj(array), pattern_only=pattern_only)
+        return make(array, _jacobian.identity(seed))
+    # several arrays: one seed whose columns are the arrays' elements one after the
+    # other, so that values of different arrays combine; each array's Jacobian
+    # selects its own block of columns
+    sizes = [array.size for array in arrays]
+    seed = _jacobian.Seed(sum(sizes), scalar=False,
+                          complex=any(np.iscomplexobj(array) for array in arrays),
+                          pattern_only=pattern_only)
+    offsets = np.cumsum([0] + sizes)
+    values = []
+    for array, first in zip(arrays, offsets[:-1].tolist()):
+        columns = np.arange(first, first + array.size, dtype=_jacobian.INDEX_DTYPE)
+        matrix = _jacobian._selection(seed.size, columns, owned=True)
+        values.append(make(array, _jacobian.Jacobian(seed, array.size, matrix=matrix)))
+    return tuple(values)
 
 
-def seed(x):
+def seed(*x):
     """A forward value of ``x`` whose Jacobian is the identity.
 
     Parameters
     ----------
-    x : array_like
-        Any shape; the Jacobian of later results is taken with respect to
-        ``x.ravel()`` (C order).  Integer and bool input is promoted to float64.
-        The array is copied.
+    *x : array_like
+        One or more arrays, any shape; the Jacobian of later results is taken
+        with respect to ``x.ravel()`` (C order).  Integer and bool input is
+        promoted to float64.  The arrays are copied.  With several arrays the
+        Jacobian is taken with respect to all of them together: its columns
+        are the elements of the first array, then those of the second, ...
 
     Returns
     -------
-    value
+    value or tuple of value
         Use it in place of ``x`` in numpy code; ``.dvalue`` of a result is its
-        Jacobian as ``scipy.sparse.csr_matrix``.
+        Jacobian as ``scipy.sparse.csr_matrix``.  One array gives one value;
+        several arrays give a tuple with one value per array, whose Jacobians
+        are the column blocks of one combined Jacobian.
 
     Examples
     --------
@@ -56,19 +78,24 @@ def seed(x):
     >>> x = seed(np.array([1.0, 2.0]))
     >>> np.sum(x * x).dvalue.toarray()
     array([[2., 4.]])
+    >>> a, b = seed(np.array([1.0, 2.0]), np.array(3.0))
+    >>> (a * b).dvalue.toarray()
+    array([[3., 0., 1.],
+           [0., 3., 2.]])
     """
-    return _seed(x, pattern_only=False)
+    return _seed(x, pattern_only=False, name="seed")
 
 
 seed_sparse_gradient = seed
 
 
-def seed_sparsity(x):
+def seed_sparsity(*x):
     """Like :func:`seed`, but propagate only the sparsity pattern of the Jacobian.
 
     ``.sparsity`` (= ``.dvalue``) of a result is a boolean ``csr_matrix`` whose
     stored pattern contains every entry that can be nonzero; no floating-point
     derivative arithmetic is done, which makes it cheaper than :func:`seed`.
+    Several arrays give a tuple of values, as for :func:`seed`.
 
     Examples
     --------
@@ -78,4 +105,4 @@ def seed_sparsity(x):
     array([[ True,  True, False],
            [False,  True,  True]])
     """
-    return _seed(x, pattern_only=True)
+    return _seed(x, pattern_only=True, name="seed_sparsity")

@@ -1,0 +1,347 @@
+"""Function-level API: Jacobians, Jacobian-vector products and patterns of functions.
+
+These wrap :func:`sparsegrad.forward.seed` for code that wants a Jacobian
+*function*, as SciPy's solvers do (``jac=`` of ``least_squares``, ``root``,
+``solve_ivp``).  The function ``f`` is ordinary numpy code; the arguments being
+differentiated are seeded, every other argument is passed through unchanged.
+
+>>> import numpy as np
+>>> import sparsegrad
+>>> def f(x, c):
+...     return c * x[1:] * x[:-1]
+>>> sparsegrad.jacobian(f)(np.array([1.0, 2.0, 3.0]), 2.0).toarray()
+array([[4., 2., 0.],
+       [0., 6., 4.]])
+"""
+import numbers
+
+import numpy as np
+import scipy.sparse
+
+from . import _jacobian
+from . import forward
+from ._value import value as _forward_value, make as _make
+
+__all__ = ["jacobian", "value_and_jacobian", "jvp", "sparsity"]
+
+_FORMATS = ("matrix", "array", "dense")
+
+
+def _check_format(format):
+    if format not in _FORMATS:
+        raise ValueError("format must be one of %s, not %r"
+                         % (", ".join(repr(f) for f in _FORMATS), format))
+    return format
+
+
+def _normalize_argnums(argnums):
+    """``(tuple_of_ints, single)``: the argument positions and whether one int was given."""
+    single = isinstance(argnums, numbers.Integral) and not isinstance(argnums, bool)
+    positions = (argnums,) if single else argnums
+    try:
+        positions = tuple(positions)
+    except TypeError:
+        raise TypeError("argnums must be an int or a tuple of ints, not %r" % (argnums,))
+    if not positions:
+        raise ValueError("argnums must name at least one argument")
+    for position in positions:
+        if not isinstance(position, numbers.Integral) or isinstance(position, bool):
+            raise TypeError("argnums must be an int or a tuple of ints, not %r" % (argnums,))
+    return tuple(int(p) for p in positions), single
+
+
+def _resolve_argnums(positions, n_args):
+    resolved = []
+    for position in positions:
+        if not -n_args <= position < n_args:
+            raise ValueError("argnums %d is out of range for a call with %d positional "
+                             "argument(s)" % (position, n_args))
+        resolved.append(position % n_args)
+    if len(set(resolved)) != len(resolved):
+        raise ValueError("argnums %r names the same argument twice" % (positions,))
+    return resolved
+
+
+def _output(result, name):
+    """The value array and the factored Jacobian (None: independent of the seed) of ``result``."""
+    if isinstance(result, _forward_value):
+        return result.value, result._jacobian
+    array = np.asarray(result)
+    if array.dtype == object:
+        raise TypeError("%s: the function must return one array (a forward value, an "
+                        "ndarray or a number), not %s; stack several outputs with "
+                        "np.concatenate or np.stack" % (name, type(result).__name__))
+    return array, None
+
+
+def _jacobian_dtype(array, seed):
+    if seed.pattern_only:
+        return np.dtype(np.bool_)
+    if np.issubdtype(array.dtype, np.inexact):
+        return array.dtype
+    return np.dtype(np.float64)
+
+
+def _to_matrix(array, J, seed, dtype):
+    """``J`` (None: zero) as a 2-d ``csr_matrix`` of shape ``(array.size, seed.size)``."""
+    if J is None:
+        return scipy.sparse.csr_matrix((array.size, seed.size), dtype=dtype)
+    return _jacobian.to_scipy(J, dtype)
+
+
+def _column_block(matrix, first, stop):
+    """Columns ``first:stop`` of a canonical CSR matrix, keeping stored zeros.
+
+    scipy's own column slicing is avoided on purpose: the pattern of a block
+    must be that of the full Jacobian, explicit zeros included.
+    """
+    indices = matrix.indices
+    keep = (indices >= first) & (indices < stop)
+    counts = np.concatenate([[0], np.cumsum(keep)])
+    indptr = counts[matrix.indptr].astype(matrix.indptr.dtype)
+    return scipy.sparse.csr_matrix(
+        (matrix.data[keep], (indices[keep] - first).astype(indices.dtype), indptr),
+        shape=(matrix.shape[0], stop - first))
+
+
+def _convert(matrix, format):
+    if format == "array":
+        return scipy.sparse.csr_array(matrix)
+    if format == "dense":
+        return matrix.toarray()
+    return matrix
+
+
+def _evaluate(f, argnums, args, kwargs, pattern_only, name):
+    """``(value, [Jacobian per argument] , sizes)`` of ``f(*args, **kwargs)``."""
+    positions = _resolve_argnums(argnums, len(args))
+    seeded = [args[i] for i in positions]
+    seeds = (forward.seed_sparsity if pattern_only else forward.seed)(*seeded)
+    if len(positions) == 1:
+        seeds = (seeds,)
+    call = list(args)
+    for i, x in zip(positions, seeds):
+        call[i] = x
+    array, J = _output(f(*call, **kwargs), name)
+    seed = _jacobian.common_seed([x._jacobian for x in seeds])
+    if J is not None and J.seed is not seed:
+        raise ValueError("%s: the result does not come from the seeded arguments "
+                         "(was another seed() used inside the function?)" % name)
+    matrix = _to_matrix(array, J, seed, _jacobian_dtype(array, seed))
+    return array, matrix, [x.size for x in seeds]
+
+
+def _split(matrix, sizes, single, hstack, format):
+    if single or hstack:
+        return _convert(matrix, format)
+    offsets = np.cumsum([0] + sizes).tolist()
+    return tuple(_convert(_column_block(matrix, a, b), format)
+                 for a, b in zip(offsets[:-1], offsets[1:]))
+
+
+def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False):
+    """A function returning ``f``'s value and its exact sparse Jacobian.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(*args, **kwargs)``, ordinary numpy code returning one array (any
+        shape, or a scalar).
+    argnums : int or tuple of int, optional
+        Positional argument(s) to differentiate with respect to (default 0).
+        Every other argument, and every keyword argument, is passed to ``f``
+        unchanged.
+    format : {"matrix", "array", "dense"}, optional
+        ``"matrix"`` (default): ``scipy.sparse.csr_matrix``, like ``.dvalue``;
+        ``"array"``: ``scipy.sparse.csr_array``; ``"dense"``: a 2-d ndarray,
+        for solvers that need dense Jacobians (``scipy.optimize.root`` with
+        ``hybr`` or ``lm``).
+    hstack : bool, optional
+        With a tuple ``argnums``: return one matrix whose column blocks are
+        the Jacobians with respect to each argument, instead of a tuple.
+
+    Returns
+    -------
+    callable
+        ``g(*args, **kwargs) -> (value, J)``.  ``value`` is ``f``'s result as
+        an ndarray.  ``J`` has shape ``(value.size, x.size)``: rows follow
+        ``value.ravel()``, columns ``x.ravel()`` (C order), always 2-d, also
+        for scalars.  For a tuple ``argnums``, ``J`` is a tuple with one such
+        matrix per argument (or one ``hstack``-ed matrix).  Stored zeros are
+        kept: the pattern never depends on the values of the arguments.
+
+    Raises
+    ------
+    TypeError
+        For ``argnums`` that are not ints, or a function returning a list or
+        tuple of arrays.
+    ValueError
+        For ``argnums`` out of range or repeated, or an unknown ``format``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> F = value_and_jacobian(lambda x, y: x * y, argnums=(0, 1))
+    >>> v, (Jx, Jy) = F(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    >>> v, Jx.toarray(), Jy.toarray()
+    (array([3., 8.]), array([[3., 0.],
+           [0., 4.]]), array([[1., 0.],
+           [0., 2.]]))
+    """
+    positions, single = _normalize_argnums(argnums)
+    format = _check_format(format)
+    hstack = bool(hstack)
+
+    def value_and_jacobian_of_f(*args, **kwargs):
+        array, matrix, sizes = _evaluate(f, positions, args, kwargs, False,
+                                         "sparsegrad.value_and_jacobian")
+        return array, _split(matrix, sizes, single, hstack, format)
+
+    _name(value_and_jacobian_of_f, f, "value_and_jacobian")
+    return value_and_jacobian_of_f
+
+
+def jacobian(f, argnums=0, *, format="matrix", hstack=False):
+    """A function returning the exact sparse Jacobian of ``f``.
+
+    Same parameters as :func:`value_and_jacobian`; the returned function
+    gives only the Jacobian.  It fits SciPy's ``jac=`` arguments: pass
+    ``jacobian(fun)`` to ``scipy.optimize.least_squares``, and
+    ``jacobian(fun, argnums=1)`` (the Jacobian with respect to ``y`` of
+    ``fun(t, y)``) to ``scipy.integrate.solve_ivp``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> J = jacobian(lambda x: np.sin(x) * x[::-1])(np.zeros(2))
+    >>> J.toarray()
+    array([[0., 0.],
+           [0., 0.]])
+    >>> J.nnz  # the pattern, stored zeros included
+    4
+    >>> jacobian(lambda t, y: t * y ** 2, argnums=1)(2.0, np.array([1.0, 3.0])).toarray()
+    array([[ 4.,  0.],
+           [ 0., 12.]])
+    """
+    value_and_jac = value_and_jacobian(f, argnums, format=format, hstack=hstack)
+
+    def jacobian_of_f(*args, **kwargs):
+        return value_and_jac(*args, **kwargs)[1]
+
+    _name(jacobian_of_f, f, "jacobian")
+    return jacobian_of_f
+
+
+def _name(wrapper, f, kind):
+    wrapper.__name__ = "%s_of_%s" % (kind, getattr(f, "__name__", "f"))
+    wrapper.__doc__ = "The %s of %r (made by sparsegrad.%s)." % (
+        kind.replace("_", " "), f, kind)
+    wrapper.__wrapped__ = f
+
+
+def sparsity(f, x, args=(), kwargs=None, *, format="matrix"):
+    """The sparsity pattern of the Jacobian of ``f`` at ``x``, as a boolean matrix.
+
+    Only the pattern is propagated (:func:`sparsegrad.forward.seed_sparsity`),
+    with no floating-point derivative arithmetic.  The pattern contains every
+    entry that can be nonzero for *any* ``x``: it depends on the program, not
+    on the values, so it can be computed once and given to
+    ``scipy.optimize.least_squares(jac_sparsity=...)`` or
+    ``scipy.integrate.solve_ivp(jac_sparsity=...)``.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x, *args, **kwargs)``.
+    x : array_like
+        The point (any shape; columns follow ``x.ravel()``).
+    args, kwargs : tuple and dict, optional
+        Extra arguments passed to ``f`` unchanged.
+    format : {"matrix", "array", "dense"}, optional
+        As in :func:`value_and_jacobian`.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of bool
+        Shape ``(f(x).size, x.size)``; every stored entry is True.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sparsity(lambda x: x[1:] - x[:-1], np.zeros(3)).toarray()
+    array([[ True,  True, False],
+           [False,  True,  True]])
+    """
+    format = _check_format(format)
+    _, matrix, _ = _evaluate(f, (0,), (x,) + tuple(args), dict(kwargs or {}), True,
+                             "sparsegrad.sparsity")
+    return _convert(matrix, format)
+
+
+def jvp(f, x, v, args=(), kwargs=None):
+    """``f(x)`` and the Jacobian-vector product ``J(x) @ v``, without forming ``J``.
+
+    Every operation of ``f`` propagates one column (the derivative in the
+    direction ``v``) instead of the Jacobian, so the cost is a small multiple
+    of evaluating ``f``, whatever the sparsity.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x, *args, **kwargs)``, ordinary numpy code.
+    x : array_like
+        The point, any shape.
+    v : array_like
+        The direction: ``x.shape`` or ``(x.size,)``.
+    args, kwargs : tuple and dict, optional
+        Extra arguments passed to ``f`` unchanged.
+
+    Returns
+    -------
+    value : ndarray
+        ``f(x)``.
+    derivative : ndarray
+        ``J(x) @ v.ravel()``, reshaped to the shape of ``value``.
+
+    Raises
+    ------
+    ValueError
+        If ``v`` does not match ``x``.
+    TypeError
+        For a complex ``v`` with a real ``x`` (take the real and imaginary
+        parts of ``v`` separately).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> value, derivative = jvp(lambda x: x ** 2, np.array([1.0, 2.0]), np.array([1.0, 1.0]))
+    >>> derivative
+    array([2., 4.])
+    """
+    array = forward._seed_array(x)
+    direction = np.asarray(v)
+    if direction.shape not in (array.shape, (array.size,)):
+        raise ValueError("sparsegrad.jvp: v has shape %s; expected x's shape %s or (%d,)"
+                         % (direction.shape, array.shape, array.size))
+    if np.iscomplexobj(direction) and not np.iscomplexobj(array):
+        raise TypeError("sparsegrad.jvp: complex v with a real x; differentiate in the "
+                        "directions v.real and v.imag separately")
+    if direction.dtype.kind not in "fc":
+        direction = direction.astype(np.float64)
+    n = array.size
+    # the seed's "Jacobian" is the n x 1 column v instead of the identity: every
+    # operation then propagates J @ v
+    seed = _jacobian.Seed(1, scalar=False, complex=np.iscomplexobj(array),
+                          pattern_only=False)
+    column = _jacobian.CSR((n, 1), np.arange(n + 1, dtype=_jacobian.INDEX_DTYPE),
+                           np.zeros(n, dtype=_jacobian.INDEX_DTYPE),
+                           direction.astype(np.result_type(direction, array)).reshape(-1))
+    x_forward = _make(array, _jacobian.Jacobian(seed, n, matrix=column))
+    result, J = _output(f(x_forward, *args, **dict(kwargs or {})), "sparsegrad.jvp")
+    if J is None:
+        return result, np.zeros(result.shape, _jacobian_dtype(result, seed))
+    if J.seed is not seed:
+        raise ValueError("sparsegrad.jvp: the result does not come from x "
+                         "(was another seed() used inside the function?)")
+    product = _jacobian.to_scipy(J, _jacobian_dtype(result, seed)).toarray()
+    return result, product.reshape(result.shape)

@@ -1,0 +1,331 @@
+"""Newton's method for large sparse nonlinear systems, with exact Jacobians.
+
+:func:`newton` solves ``F(x) = 0`` for a square system written in plain numpy.
+Each iteration evaluates ``F`` and its exact sparse Jacobian in one forward
+pass (:func:`sparsegrad.value_and_jacobian`), solves the Newton system with a
+sparse direct solver or a preconditioned Krylov method, and damps the step by
+backtracking on the residual norm.  Failures (divergence, singular Jacobian,
+non-finite residual, iteration limit) are reported in the result, never
+raised and never hung on.
+
+>>> import numpy as np
+>>> from sparsegrad.optimize import newton
+>>> result = newton(lambda x: x ** 2 - np.array([4.0, 9.0]), np.ones(2))
+>>> result.success, result.x
+(True, array([2., 3.]))
+"""
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse
+import scipy.sparse.linalg
+from scipy.optimize import OptimizeResult
+
+from ._api import value_and_jacobian
+
+__all__ = ["newton", "OptimizeResult", "direct_solvers"]
+
+#: ``result.status`` values and their meaning
+STATUS = {
+    1: "converged: residual norm below tol",
+    2: "converged: Newton step below xtol",
+    0: "stopped by the callback",
+    -1: "maximum number of iterations reached",
+    -2: "linear solve failed (singular or ill-conditioned Jacobian)",
+    -3: "residual is not finite",
+    -4: "line search failed: no step length reduces the residual norm",
+    -5: "diverged: residual norm grew beyond divtol times the initial norm",
+}
+
+
+class _LinearSolveError(Exception):
+    """The Newton system could not be solved; the message says why."""
+
+
+def direct_solvers():
+    """Names of the sparse direct solvers that can be used here, best first.
+
+    ``"pardiso"`` (the pypardiso package) and ``"umfpack"`` (scikit-umfpack)
+    are listed only when importable; ``"splu"`` (SuperLU, part of SciPy) is
+    always available.
+
+    Examples
+    --------
+    >>> "splu" in direct_solvers()
+    True
+    """
+    names = []
+    try:
+        import pypardiso  # noqa: F401
+        names.append("pardiso")
+    except ImportError:
+        pass
+    try:
+        import scikits.umfpack  # noqa: F401
+        names.append("umfpack")
+    except ImportError:
+        pass
+    names.append("splu")
+    return names
+
+
+def _solve_direct(kind, J, b):
+    if kind == "pardiso":
+        import pypardiso
+        return pypardiso.spsolve(J.tocsr(), b)
+    if kind == "umfpack":
+        import scikits.umfpack
+        return scikits.umfpack.spsolve(J.tocsc(), b)
+    return scipy.sparse.linalg.splu(J.tocsc()).solve(b)
+
+
+def _solve_krylov(kind, J, b, options):
+    J = J.tocsc()
+    ilu_options = {key: options[key] for key in ("drop_tol", "fill_factor")
+                   if key in options}
+    if options.get("preconditioner", "ilu") == "ilu":
+        ilu = scipy.sparse.linalg.spilu(J, **ilu_options)
+        M = scipy.sparse.linalg.LinearOperator(J.shape, ilu.solve, dtype=J.dtype)
+    else:
+        M = None
+    method = {"gmres": scipy.sparse.linalg.gmres,
+              "bicgstab": scipy.sparse.linalg.bicgstab}[kind]
+    krylov_options = {"rtol": options.get("rtol", 1e-10), "atol": 0.0,
+                      "maxiter": options.get("maxiter")}
+    if kind == "gmres":
+        krylov_options["restart"] = options.get("restart", 50)
+    step, info = method(J, b, M=M, **krylov_options)
+    if info != 0:
+        raise _LinearSolveError("%s did not converge (info=%d); raise "
+                                "linear_options['maxiter'] or improve the preconditioner"
+                                % (kind, info))
+    return step
+
+
+def _linear_solver(linear_solver, options):
+    """A function ``solve(J, b)`` for the chosen method."""
+    if callable(linear_solver):
+        return linear_solver, getattr(linear_solver, "__name__", "callable")
+    if linear_solver in ("direct", "auto"):
+        linear_solver = direct_solvers()[0]
+    if linear_solver in ("pardiso", "umfpack", "splu"):
+        if linear_solver not in direct_solvers():
+            raise ValueError("linear_solver=%r is not available: its package is not "
+                             "installed (available: %s)"
+                             % (linear_solver, ", ".join(direct_solvers())))
+        return (lambda J, b: _solve_direct(linear_solver, J, b)), linear_solver
+    if linear_solver in ("gmres", "bicgstab"):
+        return (lambda J, b: _solve_krylov(linear_solver, J, b, options)), linear_solver
+    raise ValueError("linear_solver must be 'direct', 'splu', 'umfpack', 'pardiso', "
+                     "'gmres', 'bicgstab' or a callable, not %r" % (linear_solver,))
+
+
+def _checked_solve(solve, J, b):
+    """``solve(J, b)``, turning every sign of a singular system into _LinearSolveError."""
+    with warnings.catch_warnings():
+        # spsolve and umfpack warn (and return nan) instead of raising
+        warnings.simplefilter("error", scipy.sparse.linalg.MatrixRankWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        try:
+            step = solve(J, b)
+        except _LinearSolveError:
+            raise
+        except (RuntimeError, ValueError, ArithmeticError, np.linalg.LinAlgError,
+                scipy.sparse.linalg.MatrixRankWarning, RuntimeWarning) as error:
+            raise _LinearSolveError("%s: %s" % (type(error).__name__, error))
+    step = np.asarray(step).reshape(-1)
+    if not np.all(np.isfinite(step)):
+        raise _LinearSolveError("the Newton step is not finite")
+    return step
+
+
+def _norm(v):
+    return float(np.max(np.abs(v))) if v.size else 0.0
+
+
+def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
+           linear_solver="direct", linear_options=None, line_search=True,
+           min_damping=1e-4, divtol=1e8, verbose=False, callback=None):
+    """Solve ``F(x) = 0`` by Newton's method with the exact sparse Jacobian.
+
+    Parameters
+    ----------
+    F : callable
+        ``F(x, *args)``, ordinary numpy code returning an array with
+        ``x0.size`` elements (a square system).  It is called with forward
+        values to get the Jacobian and with plain arrays in the line search.
+    x0 : array_like
+        Starting point, any shape; ``F`` receives arrays of this shape.
+    args : tuple, optional
+        Extra arguments of ``F``.
+    tol : float, optional
+        Converged when ``max|F(x)| <= tol``.
+    xtol : float, optional
+        Also converged when a full Newton step satisfies
+        ``max|dx| <= xtol * (1 + max|x|)``; use 0 to rely on ``tol`` alone.
+    maxiter : int, optional
+        Maximum number of Newton iterations (Jacobian evaluations).
+    linear_solver : str or callable, optional
+        ``"direct"`` (default): the best available sparse direct solver,
+        pypardiso or scikit-umfpack when importable, else SciPy's SuperLU
+        (see :func:`direct_solvers`); ``"splu"``, ``"umfpack"``, ``"pardiso"``
+        to choose one; ``"gmres"`` or ``"bicgstab"``: SciPy's Krylov method
+        with an incomplete-LU preconditioner (``spilu``); or a callable
+        ``solve(J, b)`` returning the solution of ``J dx = b``.
+    linear_options : dict, optional
+        For the Krylov methods: ``rtol`` (default 1e-10), ``maxiter``,
+        ``restart`` (gmres, default 50), ``drop_tol`` and ``fill_factor``
+        (passed to ``spilu``), ``preconditioner`` (``"ilu"`` or ``None``).
+    line_search : bool, optional
+        Backtracking (default): halve the step length ``a`` until the
+        residual decreases enough, ``||F(x + a dx)||_2 <= (1 - 1e-4 a)
+        ||F(x)||_2``.  With ``False`` full steps are taken.
+    min_damping : float, optional
+        Smallest step length tried by the line search before giving up.
+    divtol : float, optional
+        Give up when the residual norm exceeds ``divtol`` times its initial
+        value (only reachable without line search).
+    verbose : bool, optional
+        Print one line per iteration: residual norm, step norm, damping and
+        elapsed time.
+    callback : callable, optional
+        ``callback(x, f)`` after every iteration, with the new iterate and its
+        residual (both shaped like ``x0``/``F``'s output); returning ``True``
+        stops the iteration (status 0).
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        ``x`` (shaped like ``x0``), ``success``, ``status`` (see
+        :data:`STATUS`), ``message``, ``nit`` (Newton iterations), ``nfev``
+        (plain evaluations of ``F``, in the line search), ``njev`` (forward
+        evaluations, each giving ``F`` and its Jacobian), ``fun`` (the
+        residual at ``x``), ``jac`` (the last Jacobian evaluated, at ``x``
+        unless the iteration stopped early) and ``residual_norms``
+        (``max|F|`` before the first and after every iteration).
+
+    Raises
+    ------
+    ValueError
+        For a non-finite ``x0``, a residual whose size differs from
+        ``x0.size``, an unknown or unavailable ``linear_solver``, or invalid
+        tolerances.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> def F(x):
+    ...     r = np.zeros(x.size, like=x)
+    ...     r[0] = x[0] - 1.0
+    ...     r[1:] = x[1:] - x[:-1] ** 2 - 0.1
+    ...     return r
+    >>> result = newton(F, np.zeros(4))
+    >>> result.success, bool(abs(result.fun).max() < 1e-10)
+    (True, True)
+    >>> result.x
+    array([1.    , 1.1   , 1.31  , 1.8161])
+    """
+    x = np.array(x0, dtype=np.result_type(np.asarray(x0).dtype, np.float64), copy=True)
+    shape = x.shape
+    if not np.all(np.isfinite(x)):
+        raise ValueError("sparsegrad.optimize.newton: x0 is not finite")
+    if tol < 0 or xtol < 0 or not 0 < min_damping <= 1 or maxiter < 0:
+        raise ValueError("sparsegrad.optimize.newton: need tol >= 0, xtol >= 0, "
+                         "0 < min_damping <= 1 and maxiter >= 0")
+    solve, solver_name = _linear_solver(linear_solver, dict(linear_options or {}))
+    args = tuple(args)
+    evaluate = value_and_jacobian(F)
+    counts = {"nfev": 0, "njev": 0}
+
+    def residual(x_flat):
+        counts["nfev"] += 1
+        f = np.asarray(F(x_flat.reshape(shape), *args))
+        return f
+
+    def residual_and_jacobian(x_flat):
+        counts["njev"] += 1
+        f, J = evaluate(x_flat.reshape(shape), *args)
+        if f.size != x.size:
+            raise ValueError("sparsegrad.optimize.newton: F returned %d values for %d "
+                             "unknowns; Newton's method needs a square system"
+                             % (f.size, x.size))
+        return f, J
+
+    start = time.perf_counter()
+    x = x.reshape(-1)
+    f, J = residual_and_jacobian(x)
+    norm = _norm(f)
+    norms = [norm]
+    if verbose:
+        print("newton: %d unknowns, linear solver %s" % (x.size, solver_name))
+        print("  iter   max|F|        max|dx|       damping   time [s]")
+        print("  %4d   %.4e    %-12s  %-8s  %8.3f"
+              % (0, norm, "", "", time.perf_counter() - start))
+
+    def finish(status, detail=""):
+        message = STATUS[status] + (": " + detail if detail else "")
+        if verbose:
+            print("newton: %s" % message)
+        return OptimizeResult(
+            x=x.reshape(shape), success=status > 0, status=status, message=message,
+            nit=nit, nfev=counts["nfev"], njev=counts["njev"], fun=f, jac=J,
+            residual_norms=norms)
+
+    nit = 0
+    if not np.isfinite(norm):
+        return finish(-3, "at x0")
+    if norm <= tol:
+        return finish(1)
+    while True:
+        if nit >= maxiter:
+            return finish(-1, "maxiter=%d, max|F| = %.3e" % (maxiter, norm))
+        try:
+            step = _checked_solve(solve, J, -f.reshape(-1))
+        except _LinearSolveError as error:
+            return finish(-2, str(error))
+        nit += 1
+        damping = 1.0
+        while True:
+            trial = x + damping * step
+            f_trial = residual(trial)
+            norm_trial = _norm(f_trial)
+            if not line_search:
+                break
+            # sufficient decrease of the 2-norm (Armijo with the usual 1e-4): the
+            # Newton direction is a descent direction of ||F||_2, not of max|F|
+            if (np.isfinite(norm_trial) and np.linalg.norm(f_trial)
+                    <= (1 - 1e-4 * damping) * np.linalg.norm(f)):
+                break
+            damping /= 2
+            if damping < min_damping:
+                return finish(-4, "max|F| = %.3e at iteration %d" % (norm, nit))
+        x = trial
+        step_norm = damping * _norm(step)
+        if verbose:
+            print("  %4d   %.4e    %.4e    %-8.3g  %8.3f"
+                  % (nit, norm_trial, step_norm, damping, time.perf_counter() - start))
+        if not np.isfinite(norm_trial):
+            f, norm = f_trial, norm_trial
+            norms.append(norm)
+            return finish(-3, "at iteration %d" % nit)
+        if norm_trial > divtol * norms[0]:
+            f, norm = f_trial, norm_trial
+            norms.append(norm)
+            return finish(-5, "max|F| = %.3e at iteration %d" % (norm, nit))
+        stop = callback is not None and callback(x.reshape(shape), f_trial)
+        if norm_trial <= tol:
+            f, norm = f_trial, norm_trial
+            norms.append(norm)
+            return finish(1)
+        if damping == 1.0 and step_norm <= xtol * (1 + _norm(x)):
+            f, norm = f_trial, norm_trial
+            norms.append(norm)
+            return finish(2)
+        if stop:
+            f, norm = f_trial, norm_trial
+            norms.append(norm)
+            return finish(0)
+        f, J = residual_and_jacobian(x)
+        norm = _norm(f)
+        norms.append(norm)
