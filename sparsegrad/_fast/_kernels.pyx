@@ -800,9 +800,11 @@ cdef inline uint64_t _gather_run(const Term* t, int64_t lo, int64_t n, int64_t i
 # and one value per term and row; then each row is written in the order of
 # the previous row's keys, when that order still sorts them.
 cdef enum:
-    SEL_BLOCK_ENTRIES = 2048     # keys per block: rows per block = this // terms
+    SEL_BLOCK_ENTRIES = 1024     # keys per block: rows per block = this // terms
     SEL_MAX_TERMS = 128          # more terms than this: the general rows
     SEL_MAX_SKIP = 64            # blocks skipped after a failed try, at most
+    SEL_FIX_ROWS = 4             # rows by keys after a row that breaks the template
+    DIRECT_BLOCK_ENTRIES = 1024  # entries per block of the direct path (about)
 
 # the key column of an empty term row: above every valid column
 cdef uint64_t SEL_EMPTY_COL = ((<uint64_t>1) << (64 - KEY_SHIFT)) - 1
@@ -818,6 +820,14 @@ cdef struct MergeState:
     int64_t skip                 # blocks before the block path is tried again
     int64_t fails                # block path tries that failed in a row
     int64_t sel_k                # terms the block path's order is for (-1: none)
+    # the template of the direct path: every term has one entry per row and
+    # term k's goes to place tmpl_pos[k] of the row's tmpl_c entries, stored
+    # there by the first term of that place (tmpl_first), added by the others
+    int64_t tmpl_k               # terms the template is for (-1: none)
+    int64_t cap                  # room in the output arrays
+    int64_t tmpl_c
+    int64_t tmpl_pos[SEL_MAX_TERMS]
+    uint8_t tmpl_first[SEL_MAX_TERMS]
     Sorter so
     uint64_t keys[SHORT_ROW]
     double vals[2 * SHORT_ROW]   # room for SHORT_ROW complex128
@@ -993,6 +1003,24 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
     return status if status else nnz
 
 
+cdef inline void _prefetch_next(const Term* t, int64_t r, int64_t lo, int64_t n,
+                                bint values, size_t item) noexcept nogil:
+    """Prefetch what term ``t`` reads for the ``n`` rows from local row ``r``,
+    its entries from ``lo`` on (one entry per row), one cache line in eight
+    entries: the next block of the block paths, which visit many terms in
+    short runs that the hardware prefetcher does not follow."""
+    cdef int64_t x
+    cdef const char* sp = <const char*>t.scale
+    for x in range(0, n, 8):
+        SG_PREFETCH(t.indptr + r + 1 + x)
+        SG_PREFETCH(t.indices + lo + x)
+        if values:
+            if t.data != NULL:
+                SG_PREFETCH(<const char*>t.data + (lo + x) * item)
+            if sp != NULL and t.scale_step == 1:
+                SG_PREFETCH(sp + (r + x) * item)
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
@@ -1029,6 +1057,8 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
         dp = <const data_t*>t.data
         sp = (<const data_t*>t.scale) + r0 * t.scale_step if t.scale != NULL else NULL
         step = t.scale_step
+        _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
+        # one loop per value formula (fixed within a term)
         if not values:
             for r in range(n):
                 hi = ip[r]
@@ -1039,8 +1069,70 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
                     c = <uint64_t>ix[lo]
                     bad |= c >= ncols
                     kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+                    pass
                 else:
                     kp[r * n_terms] = empty | <uint64_t>k
+                    pass
+                lo = hi
+        elif mode == ONES:
+            for r in range(n):
+                hi = ip[r]
+                d = hi - lo
+                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
+                    return 1
+                if d:
+                    c = <uint64_t>ix[lo]
+                    bad |= c >= ncols
+                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+                    vp[r * n_terms] = one
+                else:
+                    kp[r * n_terms] = empty | <uint64_t>k
+                    vp[r * n_terms] = zero
+                lo = hi
+        elif mode == DATA:
+            for r in range(n):
+                hi = ip[r]
+                d = hi - lo
+                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
+                    return 1
+                if d:
+                    c = <uint64_t>ix[lo]
+                    bad |= c >= ncols
+                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+                    vp[r * n_terms] = dp[lo]
+                else:
+                    kp[r * n_terms] = empty | <uint64_t>k
+                    vp[r * n_terms] = zero
+                lo = hi
+        elif mode == SCALE:
+            for r in range(n):
+                hi = ip[r]
+                d = hi - lo
+                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
+                    return 1
+                if d:
+                    c = <uint64_t>ix[lo]
+                    bad |= c >= ncols
+                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+                    vp[r * n_terms] = sp[r * step]
+                else:
+                    kp[r * n_terms] = empty | <uint64_t>k
+                    vp[r * n_terms] = zero
+                lo = hi
+        elif mode == DATA_SCALE:
+            for r in range(n):
+                hi = ip[r]
+                d = hi - lo
+                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
+                    return 1
+                if d:
+                    c = <uint64_t>ix[lo]
+                    bad |= c >= ncols
+                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+                    vp[r * n_terms] = _mul(dp[lo], sp[r * step])
+                else:
+                    kp[r * n_terms] = empty | <uint64_t>k
+                    vp[r * n_terms] = zero
                 lo = hi
         else:
             for r in range(n):
@@ -1052,17 +1144,7 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
                     c = <uint64_t>ix[lo]
                     bad |= c >= ncols
                     kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
-                    # (the formula is fixed within the loop: predicted branches)
-                    if mode == ONES:
-                        vp[r * n_terms] = one
-                    elif mode == DATA:
-                        vp[r * n_terms] = dp[lo]
-                    elif mode == SCALE:
-                        vp[r * n_terms] = sp[r * step]
-                    elif mode == DATA_SCALE:
-                        vp[r * n_terms] = _mul(dp[lo], sp[r * step])
-                    else:
-                        vp[r * n_terms] = _mul(one, sp[r * step])
+                    vp[r * n_terms] = _mul(one, sp[r * step])
                 else:
                     kp[r * n_terms] = empty | <uint64_t>k
                     vp[r * n_terms] = zero
@@ -1165,7 +1247,258 @@ cdef int64_t _sel_block(MergeState* st, int64_t r0, int64_t r1, int64_t n_cols,
     swap = st.los
     st.los = st.his
     st.his = swap
+    # the template of the direct path, from the last row when no term row
+    # is empty there: places in key order, duplicates at one place
+    kr = st.bkeys + (n - 1) * n_terms
+    st.tmpl_k = -1
+    if kr[perm[n_terms - 1]] >> KEY_SHIFT != SEL_EMPTY_COL:
+        j = -1
+        for q in range(n_terms):
+            if q == 0 or kr[perm[q]] >> KEY_SHIFT != kr[perm[q - 1]] >> KEY_SHIFT:
+                j += 1
+                st.tmpl_first[perm[q]] = 1
+            else:
+                st.tmpl_first[perm[q]] = 0
+            st.tmpl_pos[perm[q]] = j
+        st.tmpl_c = j + 1
+        st.tmpl_k = n_terms
     return nnz
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline data_t _sel_value(int mode, const data_t* dp, const data_t* sp, int64_t p,
+                              int64_t r, int64_t step) noexcept nogil:
+    """Value of a one-entry term row (entry ``p``, local row ``r``) by the
+    term's formula (``sp`` moved to the block's first row)."""
+    cdef data_t one = 1
+    if mode == DATA:
+        return dp[p]
+    if mode == SCALE:
+        return sp[r * step]
+    if mode == DATA_SCALE:
+        return _mul(dp[p], sp[r * step])
+    if mode == ONES_SCALE:
+        return _mul(one, sp[r * step])
+    return one
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols,
+                           Py_ssize_t n_terms, const Term* terms, bint values,
+                           oindex_t* out_indptr, oindex_t* out_indices, data_t* out_data,
+                           int64_t* nnz) noexcept nogil:
+    """The direct path over rows ``r0 .. r0 + n - 1``: while the rows follow
+    the template (every term one entry, the columns in the template's order,
+    duplicates where it has them), term by term, each entry is written
+    straight to its place in the output (a duplicate is added to the place,
+    term by term as the reference sums); a row whose columns come in another
+    order, all distinct, is sorted in place.  Returns the number of rows
+    written (the first rows that follow the template; ``nnz`` and the
+    cursors advanced past them), or -1 if a column lies outside
+    ``[0, n_cols)``."""
+    cdef Py_ssize_t k
+    cdef int64_t r, q, j, lo, nnz_t, step, pos, limit = n, c = st.tmpl_c
+    cdef int64_t n_sorted = 0, last_sorted = -1
+    cdef int64_t base = nnz[0]
+    cdef uint64_t bad = 0, ncols = <uint64_t>n_cols
+    cdef int64_t col, x
+    cdef bint first, ok
+    cdef const Term* t
+    cdef const int64_t* ip
+    cdef const int64_t* ix
+    cdef const data_t* dp
+    cdef const data_t* sp
+    cdef oindex_t* oi
+    cdef data_t* od
+    cdef data_t v, one = 1
+    cdef int mode
+    # (rows that other terms do not fill must not be written out of bounds)
+    if (st.cap - base) // c < limit:
+        limit = (st.cap - base) // c
+    for k in range(n_terms):
+        t = &terms[k]
+        ip = t.indptr + r0 + 1
+        ix = t.indices
+        lo = st.his[k]
+        nnz_t = t.nnz
+        pos = st.tmpl_pos[k]
+        first = st.tmpl_first[k]
+        oi = out_indices + base + pos
+        od = out_data + base + pos if values else NULL
+        mode = t.mode
+        dp = <const data_t*>t.data
+        sp = (<const data_t*>t.scale) + r0 * t.scale_step if t.scale != NULL else NULL
+        step = t.scale_step
+        _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
+        if limit > nnz_t - lo:
+            limit = nnz_t - lo
+        # one loop per value formula and role (fixed within a term)
+        if first:
+            if not values:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    oi[r * c] = <oindex_t>col
+            elif mode == ONES:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    oi[r * c] = <oindex_t>col
+                    od[r * c] = one
+            elif mode == DATA:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    oi[r * c] = <oindex_t>col
+                    od[r * c] = dp[lo + r]
+            elif mode == SCALE:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    oi[r * c] = <oindex_t>col
+                    od[r * c] = sp[r * step]
+            elif mode == DATA_SCALE:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    oi[r * c] = <oindex_t>col
+                    od[r * c] = _mul(dp[lo + r], sp[r * step])
+            else:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    oi[r * c] = <oindex_t>col
+                    od[r * c] = _mul(one, sp[r * step])
+        else:
+            if not values:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    if oi[r * c] != col:
+                        limit = r
+                        break
+            elif mode == ONES:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    if oi[r * c] != col:
+                        limit = r
+                        break
+                    od[r * c] = od[r * c] + one
+            elif mode == DATA:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    if oi[r * c] != col:
+                        limit = r
+                        break
+                    od[r * c] = od[r * c] + dp[lo + r]
+            elif mode == SCALE:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    if oi[r * c] != col:
+                        limit = r
+                        break
+                    od[r * c] = od[r * c] + sp[r * step]
+            elif mode == DATA_SCALE:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    if oi[r * c] != col:
+                        limit = r
+                        break
+                    od[r * c] = od[r * c] + _mul(dp[lo + r], sp[r * step])
+            else:
+                for r in range(limit):
+                    if ip[r] != lo + 1 + r:
+                        limit = r
+                        break
+                    col = ix[lo + r]
+                    bad |= <uint64_t>col >= ncols
+                    if oi[r * c] != col:
+                        limit = r
+                        break
+                    od[r * c] = od[r * c] + _mul(one, sp[r * step])
+    if bad:
+        return -1
+    # the places of each row must hold increasing columns
+    for r in range(limit):
+        oi = out_indices + base + r * c
+        ok = True
+        for q in range(1, c):
+            ok &= oi[q - 1] < oi[q]
+        if ok:
+            continue
+        n_sorted += 1
+        last_sorted = r
+        # another order (a periodic wrap): sort the row's places
+        od = out_data + base + r * c if values else NULL
+        for q in range(1, c):
+            x = oi[q]
+            if values:
+                v = od[q]
+            j = q - 1
+            while j >= 0 and oi[j] > x:
+                oi[j + 1] = oi[j]
+                if values:
+                    od[j + 1] = od[j]
+                j -= 1
+            oi[j + 1] = <oindex_t>x
+            if values:
+                od[j + 1] = v
+        ok = True
+        for q in range(1, c):
+            ok &= oi[q - 1] < oi[q]
+        if not ok:
+            # two terms meet in a column: not the template's row
+            limit = r
+            break
+    for r in range(limit):
+        out_indptr[r0 + r + 1] = <oindex_t>(base + (r + 1) * c)
+    for k in range(n_terms):
+        st.his[k] += limit
+    if limit and (last_sorted == limit - 1 or 8 * n_sorted > limit):
+        # the order has changed for good, it seems: a new template from the
+        # next block (by keys)
+        st.tmpl_k = -1
+    nnz[0] = base + limit * c
+    return limit
 
 
 @cython.boundscheck(False)
@@ -1179,23 +1512,39 @@ cdef int64_t _merge_rows(MergeState* st, int64_t n_rows, int64_t n_cols, Py_ssiz
     the block path when every term has at most one entry in each row of the
     block (checked cheaply first: no term has more entries in the block than
     rows), else the general rows.  Returns nnz or a negative error code."""
-    cdef int64_t r0 = 0, r1, rows, got
+    cdef int64_t r0 = 0, r1, rows, drows, got
     cdef Py_ssize_t k
     cdef bint fits
     rows = 0
     if n_terms <= SEL_MAX_TERMS and n_cols <= MAX_KEY_COLS:
         rows = SEL_BLOCK_ENTRIES // n_terms
+        # (the direct path writes the output itself: longer runs per term)
+        drows = DIRECT_BLOCK_ENTRIES // n_terms
     if rows == 0:
         return _general_rows(st, 0, n_rows, n_rows, n_cols, n_terms, terms, values, dense,
                              out_indptr, out_indices, out_data, nnz)
     while r0 < n_rows:
         r1 = r0 + rows if n_rows - r0 > rows else n_rows
+        if st.skip == 0 and st.tmpl_k == n_terms:
+            r1 = r0 + drows if n_rows - r0 > drows else n_rows
         if st.skip > 0:
             st.skip -= 1
         else:
             fits = True
             for k in range(n_terms):
                 fits &= terms[k].indptr[r1] - st.his[k] <= r1 - r0
+            if fits and st.tmpl_k == n_terms:
+                got = _direct_block(st, r0, r1 - r0, n_cols, n_terms, terms, values,
+                                    out_indptr, out_indices, out_data, &nnz)
+                if got < 0:
+                    return got
+                if got == r1 - r0:
+                    r0 = r1
+                    continue
+                # a row off the template: a few rows by keys, which make a
+                # new template
+                r0 += got
+                r1 = r0 + SEL_FIX_ROWS if n_rows - r0 > SEL_FIX_ROWS else n_rows
             if fits:
                 got = _sel_block(st, r0, r1, n_cols, n_terms, terms, values, out_indptr,
                                  out_indices, out_data, nnz)
@@ -1269,6 +1618,7 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
         st.skip = 0
         st.fails = 0
         st.sel_k = -1
+        st.tmpl_k = -1
         nnz = _merge_rows(st, b - a, n_cols, n_act, active, values, dense, out_indptr + a,
                           out_indices, out_data, nnz)
         if nnz < 0:
@@ -1793,6 +2143,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             raise MemoryError()
         st.los = los
         st.his = his
+        st.cap = bound
         for k in range(n_terms):
             ts[k].indptr = <const int64_t*>_ptr(prepared[k][0])
             ts[k].indices = <const int64_t*>_ptr(prepared[k][1])
