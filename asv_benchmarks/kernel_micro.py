@@ -119,7 +119,9 @@ def cases(rng):
     n = side * side
     grid = np.arange(n, dtype=I64).reshape(side, side)
     shifts = [np.roll(grid, s, axis=a).ravel() for s in (1, -1) for a in (0, 1)]
-    terms = [(np.arange(n + 1, dtype=I64), shift + n * block, None, rng.standard_normal(n))
+    # (one indptr for all, as sparsegrad's selections share a cached arange)
+    indptr = np.arange(n + 1, dtype=I64)
+    terms = [(indptr, shift + n * block, None, rng.standard_normal(n))
              for block in range(3) for shift in shifts]
     entries = sum(len(t[1]) for t in terms)
     out.append(("merge shallow water, 12 selections, n=4e4", entries,

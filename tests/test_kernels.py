@@ -892,6 +892,34 @@ def test_compiled_merge_block_path(compiled, rng, pattern_only):
     assert_same_result(result, _reference.merge_scaled(n, n, chosen, pattern_only))
 
 
+def test_compiled_merge_shared_indptr(compiled, rng):
+    # selections sharing one indptr array (sparsegrad caches the arange):
+    # the direct path checks it once; a step of 2 or 0 in it still counts
+    n = 2000
+    for steps in (None, 300, 1999):
+        indptr = np.arange(n + 1, dtype=I64)
+        if steps is not None:
+            indptr[steps + 1:] += 1               # row `steps` holds two entries
+            indptr[-1] = n + 1
+        nnz = int(indptr[-1])
+        terms = []
+        for k, offset in enumerate((1, -1, 40, -40, 1)):
+            indices = (np.arange(nnz, dtype=I64) + offset) % n
+            if steps is not None:
+                indices[steps + 1] = (indices[steps] + 1000) % n
+                if indices[steps + 1] < indices[steps]:
+                    indices[steps], indices[steps + 1] = indices[steps + 1], indices[steps]
+            terms.append((indptr, indices, None if k == 2 else rng.standard_normal(nnz),
+                           rng.standard_normal(n)))
+        for pattern_only in (False, True):
+            assert_same_result(call(compiled.merge_scaled, n, n, terms, pattern_only),
+                               _reference.merge_scaled(n, n, terms, pattern_only))
+    bad = terms[1][1].copy()
+    bad[700] = n
+    with pytest.raises(ValueError, match="term 1 column indices"):
+        compiled.merge_scaled(n, n, [terms[0], (indptr, bad, None, None)] + terms[2:])
+
+
 def test_compiled_merge_many_terms_and_segments(compiled, rng):
     # more terms than the block path takes; blocks of one row at the ends of a
     # long block; blocks that overlap

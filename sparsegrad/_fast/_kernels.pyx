@@ -1304,7 +1304,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
     cdef int64_t base = nnz[0]
     cdef uint64_t bad = 0, ncols = <uint64_t>n_cols
     cdef int64_t col, x
-    cdef bint first, ok
+    cdef bint first, ok, checked
     cdef const Term* t
     cdef const int64_t* ip
     cdef const int64_t* ix
@@ -1334,127 +1334,220 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
         _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
         if limit > nnz_t - lo:
             limit = nnz_t - lo
-        # one loop per value formula and role (fixed within a term)
-        if first:
-            if not values:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    oi[r * c] = <oindex_t>col
-            elif mode == ONES:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    oi[r * c] = <oindex_t>col
-                    od[r * c] = one
-            elif mode == DATA:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    oi[r * c] = <oindex_t>col
-                    od[r * c] = dp[lo + r]
-            elif mode == SCALE:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    oi[r * c] = <oindex_t>col
-                    od[r * c] = sp[r * step]
-            elif mode == DATA_SCALE:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    oi[r * c] = <oindex_t>col
-                    od[r * c] = _mul(dp[lo + r], sp[r * step])
+        # an indptr shared with an earlier term at the same place (selections
+        # share one arange) is checked already, up to limit
+        checked = False
+        for j in range(k):
+            if terms[j].indptr == t.indptr and st.his[j] == lo:
+                checked = True
+                break
+        # one loop per value formula, role and check (fixed within a term)
+        if not checked:
+            if first:
+                if not values:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                elif mode == ONES:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = one
+                elif mode == DATA:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = dp[lo + r]
+                elif mode == SCALE:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = sp[r * step]
+                elif mode == DATA_SCALE:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = _mul(dp[lo + r], sp[r * step])
+                else:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = _mul(one, sp[r * step])
             else:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    oi[r * c] = <oindex_t>col
-                    od[r * c] = _mul(one, sp[r * step])
+                if not values:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                elif mode == ONES:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + one
+                elif mode == DATA:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + dp[lo + r]
+                elif mode == SCALE:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + sp[r * step]
+                elif mode == DATA_SCALE:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + _mul(dp[lo + r], sp[r * step])
+                else:
+                    for r in range(limit):
+                        if ip[r] != lo + 1 + r:
+                            limit = r
+                            break
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + _mul(one, sp[r * step])
         else:
-            if not values:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    if oi[r * c] != col:
-                        limit = r
-                        break
-            elif mode == ONES:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    if oi[r * c] != col:
-                        limit = r
-                        break
-                    od[r * c] = od[r * c] + one
-            elif mode == DATA:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    if oi[r * c] != col:
-                        limit = r
-                        break
-                    od[r * c] = od[r * c] + dp[lo + r]
-            elif mode == SCALE:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    if oi[r * c] != col:
-                        limit = r
-                        break
-                    od[r * c] = od[r * c] + sp[r * step]
-            elif mode == DATA_SCALE:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    if oi[r * c] != col:
-                        limit = r
-                        break
-                    od[r * c] = od[r * c] + _mul(dp[lo + r], sp[r * step])
+            if first:
+                if not values:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                elif mode == ONES:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = one
+                elif mode == DATA:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = dp[lo + r]
+                elif mode == SCALE:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = sp[r * step]
+                elif mode == DATA_SCALE:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = _mul(dp[lo + r], sp[r * step])
+                else:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        oi[r * c] = <oindex_t>col
+                        od[r * c] = _mul(one, sp[r * step])
             else:
-                for r in range(limit):
-                    if ip[r] != lo + 1 + r:
-                        limit = r
-                        break
-                    col = ix[lo + r]
-                    bad |= <uint64_t>col >= ncols
-                    if oi[r * c] != col:
-                        limit = r
-                        break
-                    od[r * c] = od[r * c] + _mul(one, sp[r * step])
+                if not values:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                elif mode == ONES:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + one
+                elif mode == DATA:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + dp[lo + r]
+                elif mode == SCALE:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + sp[r * step]
+                elif mode == DATA_SCALE:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + _mul(dp[lo + r], sp[r * step])
+                else:
+                    for r in range(limit):
+                        col = ix[lo + r]
+                        bad |= <uint64_t>col >= ncols
+                        if oi[r * c] != col:
+                            limit = r
+                            break
+                        od[r * c] = od[r * c] + _mul(one, sp[r * step])
     if bad:
         return -1
     # the places of each row must hold increasing columns
