@@ -62,3 +62,63 @@ def test_pn_junction_residual_is_plain_numpy_on_plain_input(pn_junction):
     value, J = problem.residual_and_jacobian(problem.neutral_guess())
     np.testing.assert_array_equal(value, F)
     assert J.shape == (11, 11) and J.nnz == 2 + 3 * 9  # tridiagonal, identity boundary rows
+
+
+# ==== solver examples (small sizes; the scripts run the full sizes) ====================
+@pytest.fixture(scope="module")
+def bias_result():
+    return _load("pn_junction_bias").main(n=200, verbose=False, max_bias=6.0, bias_step=1.0)
+
+
+def test_pn_junction_bias_converges_at_every_bias(bias_result):
+    assert bias_result["converged"]
+    np.testing.assert_array_equal(bias_result["biases"], np.arange(7.0))
+    assert max(bias_result["iterations"]) <= 10
+
+
+def test_pn_junction_bias_current_is_continuous(bias_result):
+    currents, variations = bias_result["currents"], bias_result["current_variations"]
+    # adding the continuity equations: the total current is the same on every edge
+    assert np.all(variations[1:] <= 1e-6 * np.abs(currents[1:]))
+    # no current without bias (the Scharfetter-Gummel flux of equilibrium is zero)
+    assert abs(currents[0]) <= 1e-10 * currents[-1]
+    assert np.all(np.diff(currents) > 0) and currents[1] > 0
+
+
+def test_pn_junction_bias_is_a_diode(bias_result):
+    assert 0.95 <= bias_result["ideality"] <= 2.0
+    psi, n, p = bias_result["solution"]
+    assert np.all(n > 0) and np.all(p > 0)
+    assert bias_result["fd_columns_rel_error"] < 1e-6
+
+
+def test_shallow_water_conserves_mass_and_momentum():
+    result = _load("shallow_water").main(n=100, steps=8, verbose=False)
+    assert result["converged"] and max(result["iterations"]) <= 6
+    assert result["mass_rel_error"] < 1e-13
+    assert result["momentum_rel_error"] < 1e-13
+    assert np.all(np.diff(result["energies"]) < 0)  # backward Euler dissipates
+    assert result["min_depth"] > 0.9
+    assert result["fd_columns_rel_error"] < 1e-6
+
+
+def test_bratu_routes_find_the_manufactured_solution():
+    result = _load("bratu").main(n=12, verbose=False, dense_n=6)
+    assert result["least_squares_jac_type"] in ("csr_matrix", "csr_array")
+    assert result["least_squares, sparsegrad jac"]["error"] < 1e-10
+    assert result["least_squares, jac_sparsity"]["error"] < 1e-8
+    assert result["krylov_success"]
+    assert result["root krylov, ILU of the exact J"]["error"] < 1e-8
+    assert result["hybr_dense"]["success"] and result["hybr_dense"]["error"] < 1e-10
+    assert result["pattern_nnz"] == 5 * 144 - 4 * 12  # 5-point stencil
+
+
+def test_brusselator_routes_agree():
+    result = _load("brusselator").main(n=40, t_end=4.0, verbose=False)
+    assert all(run["success"] for run in result["runs"].values())
+    assert result["jacobian_type"] == "csr_matrix" and result["jacobian_nnz"] == 8 * 40 - 4  # 4 per row, 2 ends
+    for name in ("BDF, sparsegrad jac", "Radau, sparsegrad jac", "BDF, jac_sparsity"):
+        assert result["differences"][name] < 1e-4, name
+    assert result["runs"]["BDF, sparsegrad jac"]["njev"] >= 1
+    assert result["fd_error"] < 1e-12
+    assert result["min_value"] > 0
