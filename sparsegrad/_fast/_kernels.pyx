@@ -827,6 +827,7 @@ cdef struct MergeState:
     int64_t cap                  # room in the output arrays
     int64_t tmpl_c
     int64_t tmpl_pos[SEL_MAX_TERMS]
+    uint8_t tmpl_order[SEL_MAX_TERMS]   # the terms in the order of their places
     uint8_t tmpl_first[SEL_MAX_TERMS]
     Sorter so
     uint64_t keys[SHORT_ROW]
@@ -1260,6 +1261,7 @@ cdef int64_t _sel_block(MergeState* st, int64_t r0, int64_t r1, int64_t n_cols,
             else:
                 st.tmpl_first[perm[q]] = 0
             st.tmpl_pos[perm[q]] = j
+            st.tmpl_order[q] = perm[q]
         st.tmpl_c = j + 1
         st.tmpl_k = n_terms
     return nnz
@@ -1305,6 +1307,11 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
     cdef uint64_t bad = 0, ncols = <uint64_t>n_cols
     cdef int64_t col, x
     cdef bint first, ok, checked
+    cdef uint64_t disorder = 0
+    cdef const oindex_t* prev
+    cdef oindex_t low[1]
+    cdef int64_t pc
+    low[0] = -1
     cdef const Term* t
     cdef const int64_t* ip
     cdef const int64_t* ix
@@ -1317,7 +1324,11 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
     # (rows that other terms do not fill must not be written out of bounds)
     if (st.cap - base) // c < limit:
         limit = (st.cap - base) // c
-    for k in range(n_terms):
+    # terms in the order of their places: the first term of a place writes
+    # it (and checks that its column exceeds the previous place's), the
+    # others of the place, in term order, check the column and add
+    for q in range(n_terms):
+        k = st.tmpl_order[q]
         t = &terms[k]
         ip = t.indptr + r0 + 1
         ix = t.indices
@@ -1327,6 +1338,9 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
         first = st.tmpl_first[k]
         oi = out_indices + base + pos
         od = out_data + base + pos if values else NULL
+        # the previous place (the first place: a row of minus ones)
+        prev = oi - 1 if pos else low
+        pc = c if pos else 0
         mode = t.mode
         dp = <const data_t*>t.data
         sp = (<const data_t*>t.scale) + r0 * t.scale_step if t.scale != NULL else NULL
@@ -1337,8 +1351,8 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
         # an indptr shared with an earlier term at the same place (selections
         # share one arange) is checked already, up to limit
         checked = False
-        for j in range(k):
-            if terms[j].indptr == t.indptr and st.his[j] == lo:
+        for j in range(q):
+            if terms[st.tmpl_order[j]].indptr == t.indptr and st.his[st.tmpl_order[j]] == lo:
                 checked = True
                 break
         # one loop per value formula, role and check (fixed within a term)
@@ -1351,6 +1365,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                             break
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                 elif mode == ONES:
                     for r in range(limit):
@@ -1359,6 +1374,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                             break
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = one
                 elif mode == DATA:
@@ -1368,6 +1384,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                             break
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = dp[lo + r]
                 elif mode == SCALE:
@@ -1377,6 +1394,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                             break
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = sp[r * step]
                 elif mode == DATA_SCALE:
@@ -1386,6 +1404,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                             break
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = _mul(dp[lo + r], sp[r * step])
                 else:
@@ -1395,6 +1414,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                             break
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = _mul(one, sp[r * step])
             else:
@@ -1469,35 +1489,41 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                     for r in range(limit):
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                 elif mode == ONES:
                     for r in range(limit):
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = one
                 elif mode == DATA:
                     for r in range(limit):
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = dp[lo + r]
                 elif mode == SCALE:
                     for r in range(limit):
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = sp[r * step]
                 elif mode == DATA_SCALE:
                     for r in range(limit):
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = _mul(dp[lo + r], sp[r * step])
                 else:
                     for r in range(limit):
                         col = ix[lo + r]
                         bad |= <uint64_t>col >= ncols
+                        disorder |= col <= prev[r * pc]
                         oi[r * c] = <oindex_t>col
                         od[r * c] = _mul(one, sp[r * step])
             else:
@@ -1550,38 +1576,40 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
                         od[r * c] = od[r * c] + _mul(one, sp[r * step])
     if bad:
         return -1
-    # the places of each row must hold increasing columns
-    for r in range(limit):
-        oi = out_indices + base + r * c
-        ok = True
-        for q in range(1, c):
-            ok &= oi[q - 1] < oi[q]
-        if ok:
-            continue
-        n_sorted += 1
-        last_sorted = r
-        # another order (a periodic wrap): sort the row's places
-        od = out_data + base + r * c if values else NULL
-        for q in range(1, c):
-            x = oi[q]
-            if values:
-                v = od[q]
-            j = q - 1
-            while j >= 0 and oi[j] > x:
-                oi[j + 1] = oi[j]
+    # the places of each row must hold increasing columns (looked at only
+    # when some first term found its column not above the previous place's)
+    if disorder:
+        for r in range(limit):
+            oi = out_indices + base + r * c
+            ok = True
+            for q in range(1, c):
+                ok &= oi[q - 1] < oi[q]
+            if ok:
+                continue
+            n_sorted += 1
+            last_sorted = r
+            # another order (a periodic wrap): sort the row's places
+            od = out_data + base + r * c if values else NULL
+            for q in range(1, c):
+                x = oi[q]
                 if values:
-                    od[j + 1] = od[j]
-                j -= 1
-            oi[j + 1] = <oindex_t>x
-            if values:
-                od[j + 1] = v
-        ok = True
-        for q in range(1, c):
-            ok &= oi[q - 1] < oi[q]
-        if not ok:
-            # two terms meet in a column: not the template's row
-            limit = r
-            break
+                    v = od[q]
+                j = q - 1
+                while j >= 0 and oi[j] > x:
+                    oi[j + 1] = oi[j]
+                    if values:
+                        od[j + 1] = od[j]
+                    j -= 1
+                oi[j + 1] = <oindex_t>x
+                if values:
+                    od[j + 1] = v
+            ok = True
+            for q in range(1, c):
+                ok &= oi[q - 1] < oi[q]
+            if not ok:
+                # two terms meet in a column: not the template's row
+                limit = r
+                break
     for r in range(limit):
         out_indptr[r0 + r + 1] = <oindex_t>(base + (r + 1) * c)
     for k in range(n_terms):
