@@ -585,7 +585,11 @@ def to_scipy(J, dtype):
         data = data.real.astype(dtype)
     else:
         data = data.astype(dtype, copy=False)
-    return scipy.sparse.csr_matrix((data, indices, indptr), shape=J.shape, copy=False)
+    matrix = scipy.sparse.csr_matrix((data, indices, indptr), shape=J.shape, copy=False)
+    # canonical by construction: spare scipy's solvers an O(nnz) check of each flag
+    matrix.has_sorted_indices = True
+    matrix.has_canonical_format = True
+    return matrix
 
 
 def conj(J):
