@@ -162,8 +162,10 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     tol : float, optional
         Converged when ``max|F(x)| <= tol``.
     xtol : float, optional
-        Also converged when a full Newton step satisfies
-        ``max|dx| <= xtol * (1 + max|x|)``; use 0 to rely on ``tol`` alone.
+        Also converged when the Newton step satisfies
+        ``max|dx| <= xtol * (1 + max|x|)`` (the step is then taken in full):
+        this stops the iteration where rounding keeps the residual above
+        ``tol``.  Use 0 to rely on ``tol`` alone.
     maxiter : int, optional
         Maximum number of Newton iterations (Jacobian evaluations).
     linear_solver : str or callable, optional
@@ -285,6 +287,19 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         except _LinearSolveError as error:
             return finish(-2, str(error))
         nit += 1
+        if _norm(step) <= xtol * (1 + _norm(x)):
+            # a negligible full step: converged, also where rounding keeps the
+            # residual above tol and no line search could reduce it further
+            x = x + step
+            f = residual(x)
+            norm = _norm(f)
+            norms.append(norm)
+            if verbose:
+                print("  %4d   %.4e    %.4e    %-8.3g  %8.3f"
+                      % (nit, norm, _norm(step), 1.0, time.perf_counter() - start))
+            if not np.isfinite(norm):
+                return finish(-3, "at iteration %d" % nit)
+            return finish(2)
         damping = 1.0
         while True:
             trial = x + damping * step
@@ -318,10 +333,6 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
             f, norm = f_trial, norm_trial
             norms.append(norm)
             return finish(1)
-        if damping == 1.0 and step_norm <= xtol * (1 + _norm(x)):
-            f, norm = f_trial, norm_trial
-            norms.append(norm)
-            return finish(2)
         if stop:
             f, norm = f_trial, norm_trial
             norms.append(norm)

@@ -177,3 +177,10 @@ def test_direct_solvers_are_detected():
         if name not in names:
             with pytest.raises(ValueError, match="not available"):
                 newton(bratu_1d, np.zeros(3), linear_solver=name)
+
+
+def test_rounding_floor_above_tol_stops_on_the_step():
+    # rows of size 1/h^2 = 1e6: rounding keeps max|F| near 1e-10, above tol
+    result = newton(bratu_1d, np.zeros(1000), tol=1e-12)
+    assert result.success and result.status == 2, result.message
+    assert np.max(np.abs(result.fun)) < 1e-8
