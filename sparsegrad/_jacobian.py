@@ -176,7 +176,7 @@ class Jacobian:
     ignored.  An empty sum is structurally zero.
     """
 
-    __slots__ = ("seed", "n_rows", "_terms", "_blocks")
+    __slots__ = ("seed", "n_rows", "_terms", "_blocks", "_zero")
 
     def __init__(self, seed, n_rows, scale=1, diag=None, matrix=None, terms=None):
         self.seed = seed
@@ -185,6 +185,7 @@ class Jacobian:
             terms = ((scale, None if diag is None else np.asarray(diag).reshape(-1), matrix),)
         self._terms = tuple(terms)
         self._blocks = None
+        self._zero = None
 
     @classmethod
     def stacked(cls, seed, blocks):
@@ -199,6 +200,7 @@ class Jacobian:
         J.n_rows = sum(block.n_rows for block in blocks)
         J._terms = None
         J._blocks = tuple(blocks)
+        J._zero = None
         return J
 
     @property
@@ -211,6 +213,7 @@ class Jacobian:
     def terms(self, terms):
         self._terms = tuple(terms)
         self._blocks = None
+        self._zero = None
 
     def pieces(self):
         """``(first_row, Jacobian)`` of the blocks that make up this Jacobian."""
@@ -226,9 +229,12 @@ class Jacobian:
     @property
     def is_zero(self):
         """Structurally zero: no stored entry at all."""
-        if self._blocks is not None:
-            return all(block.is_zero for block in self._blocks)
-        return all(M is not None and M.nnz == 0 for _, _, M in self._terms)
+        if self._zero is None:
+            if self._blocks is not None:
+                self._zero = all(block.is_zero for block in self._blocks)
+            else:
+                self._zero = all(M is not None and M.nnz == 0 for _, _, M in self._terms)
+        return self._zero
 
     def _single(self):
         """The one term of this Jacobian, merging the terms first if there are several."""
@@ -253,8 +259,12 @@ class Jacobian:
         return _factor(*self._single()[:2])
 
 
+def _is_vector(factor):
+    return isinstance(factor, np.ndarray) and factor.ndim > 0
+
+
 def _is_one(factor):
-    return np.ndim(factor) == 0 and factor == 1
+    return not _is_vector(factor) and factor == 1
 
 
 def _factor(s, d):
@@ -297,20 +307,22 @@ def scale(J, factor):
     """``diag(factor) @ J``; ``factor`` is a scalar or a vector with one entry per row."""
     if J.seed.pattern_only or J.is_zero:
         return J
-    if np.ndim(factor) > 0:
+    if _is_vector(factor) or isinstance(factor, (list, tuple)):
         factor = np.asarray(factor).reshape(-1)
-    elif _is_one(factor):
+    elif factor == 1:
         return J
     if J._blocks is not None:  # scale block by block: the stack stays unmerged
         return Jacobian.stacked(J.seed, [
-            scale(block, factor if np.ndim(factor) == 0
-                  else factor[first:first + block.n_rows])
+            scale(block, factor[first:first + block.n_rows] if _is_vector(factor)
+                  else factor)
             for first, block in J.pieces()])
-    if np.ndim(factor) == 0:
+    if not _is_vector(factor):
         terms = tuple((s * factor, d, M) for s, d, M in J.terms)
     else:
         terms = tuple((s, factor if d is None else d * factor, M) for s, d, M in J.terms)
-    return Jacobian(J.seed, J.n_rows, terms=terms)
+    result = Jacobian(J.seed, J.n_rows, terms=terms)
+    result._zero = False  # the same matrices as J, which is not zero
+    return result
 
 
 def _csr_arrays(n_rows, matrix):
@@ -350,6 +362,7 @@ def add(terms):
                 else:
                     combined[key] = (1, _factor(s, d) + _factor(*term[:2]), M)
     result = Jacobian(seed, n_rows, terms=combined.values())
+    result._zero = False  # holds the matrices of non-zero operands
     if len(result.terms) > MAX_TERMS:
         result._single()
     return result

@@ -120,7 +120,7 @@ def _at_precision(values, dtype):
     that partial derivatives are as accurate as the value (a Python float next
     to a longdouble array, float32 inputs of float_power).
     """
-    inexact = np.issubdtype(dtype, np.inexact)
+    inexact = dtype.kind in "fc"
     cast = []
     for v in values:
         if isinstance(v, (float, complex)) and inexact:
