@@ -76,8 +76,7 @@ class CSR:
     reads them (:meth:`selection`).
     """
 
-    __slots__ = ("shape", "_indptr", "_indices", "data", "_finite", "gathers", "columns",
-                 "_nnz")
+    __slots__ = ("shape", "_indptr", "_indices", "data", "_finite", "gathers", "columns")
 
     def __init__(self, shape, indptr, indices, data, columns=None):
         self.shape = (int(shape[0]), int(shape[1]))
@@ -86,7 +85,6 @@ class CSR:
         self.data = None if data is None else _readonly(data)
         self.columns = None if columns is None else _readonly(columns)
         self._finite = None
-        self._nnz = None
         self.gathers = {}  # row gathers of this matrix, shared (see take_rows)
 
     @classmethod
@@ -101,11 +99,9 @@ class CSR:
         return cls((n, n_cols), None, None, None, columns=columns)
 
     def _compress(self):
-        valid = self.columns >= 0
-        indptr = np.zeros(len(valid) + 1, dtype=INDEX_DTYPE)
-        np.cumsum(valid, out=indptr[1:])
+        indptr, indices = kernels.selection_csr(self.columns)
         self._indptr = _readonly(indptr)
-        self._indices = _readonly(self.columns[valid])
+        self._indices = _readonly(indices)
 
     @property
     def indptr(self):
@@ -121,10 +117,7 @@ class CSR:
 
     @property
     def nnz(self):
-        if self._nnz is None:
-            self._nnz = (int(self._indptr[-1]) if self._indptr is not None
-                         else int(np.count_nonzero(self.columns >= 0)))
-        return self._nnz
+        return int(self.indptr[-1])
 
     @property
     def finite(self):

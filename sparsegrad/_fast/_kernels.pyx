@@ -2541,3 +2541,42 @@ def scale_rows(indptr, data, scale):
             _scale_loop[complex128_t](n_rows, ip, <const complex128_t*>d,
                                       <const complex128_t*>s, <complex128_t*>o)
     return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _selection_loop(int64_t n, const int64_t* columns, int64_t* indptr,
+                             int64_t* indices) noexcept nogil:
+    """Fill the CSR arrays of a selection; the number of entries, or ``-1 - row`` of a bad column."""
+    cdef int64_t i, k = 0, column
+    indptr[0] = 0
+    for i in range(n):
+        column = columns[i]
+        if column >= 0:
+            indices[k] = column
+            k += 1
+        elif column != -1:
+            return -1 - i
+        indptr[i + 1] = k
+    return k
+
+
+def selection_csr(columns):
+    """``indptr, indices`` of the selection matrix whose row ``r`` holds column ``columns[r]``.
+
+    Contract of :func:`sparsegrad._fast._reference.selection_csr`: one pass,
+    no temporaries; a column below ``-1`` raises ``ValueError``.
+    """
+    columns = _as_index(columns, "selection_csr columns")
+    cdef int64_t n = columns.shape[0], k
+    out_indptr = np.empty(n + 1, dtype=INDEX_DTYPE)
+    out_indices = np.empty(n, dtype=INDEX_DTYPE)
+    cdef const int64_t* c = <const int64_t*>_ptr(columns)
+    cdef int64_t* ip = <int64_t*>_ptr(out_indptr)
+    cdef int64_t* ix = <int64_t*>_ptr(out_indices)
+    with nogil:
+        k = _selection_loop(n, c, ip, ix)
+    if k < 0:
+        raise ValueError("selection_csr: columns must be >= -1, got %d at row %d"
+                         % (columns[-1 - k], -1 - k))
+    return out_indptr, _trim(out_indices, k)

@@ -36,7 +36,8 @@ import numpy as np
 
 INDEX_DTYPE = np.int64
 
-__all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr"]
+__all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
+           "selection_csr"]
 
 
 def _row_of_each_entry(indptr):
@@ -275,3 +276,32 @@ def scale_rows(indptr, data, scale):
     """
     repeated = np.repeat(np.asarray(scale), np.diff(indptr))
     return repeated if data is None else data * repeated
+
+
+def selection_csr(columns):
+    """``indptr, indices`` of the selection whose row ``r`` holds one entry at ``columns[r]``.
+
+    Parameters
+    ----------
+    columns : int64 array
+        One column per row; ``-1`` for a row without entry.
+
+    Returns
+    -------
+    indptr, indices
+        int64 CSR arrays (the data of a selection is all ones).
+
+    Examples
+    --------
+    >>> selection_csr(np.array([2, -1, 0]))
+    (array([0, 1, 1, 2]), array([2, 0]))
+    """
+    columns = np.asarray(columns, dtype=INDEX_DTYPE)
+    if len(columns) and columns.min() < -1:
+        row = int(np.argmax(columns < -1))
+        raise ValueError("selection_csr: columns must be >= -1, got %d at row %d"
+                         % (columns[row], row))
+    valid = columns >= 0
+    indptr = np.zeros(len(columns) + 1, dtype=INDEX_DTYPE)
+    np.cumsum(valid, out=indptr[1:])
+    return indptr, columns[valid]
