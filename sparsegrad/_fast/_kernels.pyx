@@ -25,6 +25,25 @@ How each kernel is built
 * Output arrays are allocated at an upper bound of their size, filled, and
   trimmed in place.
 
+``merge_scaled`` takes two arguments beyond the basic conventions: a term may
+be a 5-tuple ``(indptr, indices, data, row_scale, first_row)``, a block of
+``len(indptr) - 1`` rows added from row ``first_row`` on (so that stacked
+blocks are merged by one call writing the final matrix), and
+``index_dtype=np.int32`` asks for int32 ``indptr`` and ``indices`` (ValueError
+when the entry bound or ``n_cols`` exceeds ``2**31 - 1``).  The rows are split
+into segments covered by the same terms; each segment is merged with its own
+terms only, by one of three paths, chosen block by block:
+
+* direct: when every term holds one entry in each row of the block and the
+  rows follow the template taken from an earlier row (the order of the terms'
+  columns, which terms share a column), each term's entries are written
+  straight to their places in the output, term after term;
+* keys: when every term holds at most one entry per row, one packed
+  ``(column, term)`` key per term and row, written in the previous row's key
+  order when it still sorts them;
+* general: row by row, a 64-column window for bands, sorted packed keys for
+  short rows, a dense marker for rows of more than 256 entries.
+
 Value dtypes
 ------------
 The loops are compiled for float32, float64, complex64 and complex128 (the
@@ -1166,7 +1185,7 @@ cdef inline int64_t _sel_emit(const uint64_t* kr, const data_t* vr, const uint8_
     cdef Py_ssize_t q
     cdef uint64_t key, prev, col, last
     cdef uint8_t slot = perm[0]
-    cdef data_t total
+    cdef data_t total = 0
     prev = kr[slot]
     last = prev >> KEY_SHIFT
     if values:
@@ -2098,9 +2117,11 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     The rows are split into segments covered by the same terms, and each
     segment is merged with those terms only (stacked blocks cost what their
     own terms cost).  Within a segment, blocks of rows where every term holds
-    at most one entry per row are gathered term by term as packed (column,
-    term) keys and written row by row in the previous row's key order, when
-    it still sorts the keys.  Other rows are merged one by one: a row of at
+    one entry per row, in the columns' order of an earlier row (the
+    template), are written term by term straight to the output; blocks where
+    every term holds at most one entry per row are gathered term by term as
+    packed (column, term) keys and written row by row in the previous row's
+    key order, when it still sorts the keys.  Other rows are merged one by one: a row of at
     most 256 entries (all terms together) in a 64-column window (bands) or a
     small buffer of sorted packed keys; a longer row through a dense marker
     and accumulator of length ``n_cols``, allocated only then.  The loops
