@@ -113,6 +113,13 @@ def cases(rng):
                 lambda m, t=terms: m.merge_scaled(n, n, t)))
     out.append(("  same, pattern_only", entries,
                 lambda m, t=terms: m.merge_scaled(n, n, t, pattern_only=True)))
+    # the same block stacked between two blocks of one row (5-tuples): the
+    # long segment must cost what it costs alone
+    ends = [(np.array([0, 1], dtype=I64), np.array([0], dtype=I64), None, np.ones(1), 0),
+            (np.array([0, 1], dtype=I64), np.array([5], dtype=I64), None, np.ones(1), n + 1)]
+    stacked = ends[:1] + [t + (1,) for t in terms] + ends[1:]
+    out.append(("  same, with 1-row blocks at both ends", entries,
+                lambda m, t=stacked, n=n: m.merge_scaled(n + 2, n, t)))
     # shallow water on a periodic 200 x 200 grid: 12 selections (4 periodic
     # shifts in each of 3 fields of 40 000 unknowns), each with its own scale
     side = 200
