@@ -905,6 +905,9 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
     cdef int64_t* marker
     cdef data_t* acc
     cdef int status = 0
+    # (the state the rows pass on, in locals while the loop runs)
+    cdef bint try_window = st.try_window
+    cdef int64_t lead = st.lead
 
     for i in range(r0, r1):
         start = nnz
@@ -925,7 +928,7 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
         los = his
         his = swap
         m = 0
-        if not st.try_window:
+        if not try_window:
             # read the extents and gather the short row in one pass
             for k in range(n_terms):
                 t = &terms[k]
@@ -955,7 +958,7 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
             if status:
                 break
             if m > 1 and m <= short_max:
-                got = _window_row(i, n_terms, terms, los, his, values, n_cols, &st.lead,
+                got = _window_row(i, n_terms, terms, los, his, values, n_cols, &lead,
                                   wacc, out_indices, out_data, nnz)
                 if got == -2:
                     status = -1
@@ -990,8 +993,8 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
                 break
             # try the window on the next row if this one would have fitted,
             # placed as this row's columns are placed
-            st.try_window = cmax - cmin < 64 - 2 * WINDOW_MARGIN
-            st.lead = cmin - <int64_t>(keys[0] >> KEY_SHIFT)
+            try_window = cmax - cmin < 64 - 2 * WINDOW_MARGIN
+            lead = cmin - <int64_t>(keys[0] >> KEY_SHIFT)
         else:
             # a long row: Gustavson's dense marker and accumulator
             if dense.marker == NULL:
@@ -1020,6 +1023,8 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
         out_indptr[i + 1] = nnz
     st.los = los
     st.his = his
+    st.try_window = try_window
+    st.lead = lead
     return status if status else nnz
 
 
@@ -1695,12 +1700,11 @@ cdef int64_t _merge_rows(MergeState* st, int64_t n_rows, int64_t n_cols, Py_ssiz
                     nnz = got
                     r0 = r1
                     continue
-                # back off: try again after 1, 2, 4, ... blocks
-                st.skip = (<int64_t>1) << st.fails
-                if st.skip < SEL_MAX_SKIP:
-                    st.fails += 1
-            else:
-                st.skip = 0
+            # back off (bands, and rows the block paths did not take): try
+            # again after 1, 2, 4, ... blocks
+            st.skip = (<int64_t>1) << st.fails
+            if st.skip < SEL_MAX_SKIP:
+                st.fails += 1
         nnz = _general_rows(st, r0, r1, n_rows, n_cols, n_terms, terms, values, dense,
                             out_indptr, out_indices, out_data, nnz)
         if nnz < 0:
