@@ -266,9 +266,15 @@ def test_merge_scaled_against_dense(kernels, rng, n_terms):
             data = None
         scale = None if k % 2 == 0 else rng.standard_normal(n_rows)
         terms.append((indptr, indices, data, scale))
+    _check_merge(kernels, n_rows, n_cols, terms, _expected_merge)
+
+
+def _check_merge(kernels, n_rows, n_cols, terms, expected):
+    """merge_scaled of ``terms`` against the dense ``expected(terms, shape, dtype)``,
+    and its pattern-only twin against the same pattern."""
     result = call(kernels.merge_scaled, n_rows, n_cols, terms)
     check_canonical(result, (n_rows, n_cols))
-    total, stored = _expected_merge(terms, (n_rows, n_cols), np.float64)
+    total, stored = expected(terms, (n_rows, n_cols), np.float64)
     np.testing.assert_array_equal(pattern(*result[:2], (n_rows, n_cols)), stored)
     assert_values(to_dense(*result, (n_rows, n_cols)), total)
     only = call(kernels.merge_scaled, n_rows, n_cols, terms, pattern_only=True)
@@ -404,15 +410,7 @@ def test_merge_scaled_stacked_blocks_against_dense(kernels, rng, selections):
         n_rows, n_cols = (int(x) for x in rng.integers(0, 14, 2))
         terms = _random_block_terms(rng, n_rows, n_cols, int(rng.integers(0, 7)),
                                     selections=selections)
-        result = call(kernels.merge_scaled, n_rows, n_cols, terms)
-        check_canonical(result, (n_rows, n_cols))
-        total, stored = _expected_blocks(terms, (n_rows, n_cols), np.float64)
-        np.testing.assert_array_equal(pattern(*result[:2], (n_rows, n_cols)), stored)
-        assert_values(to_dense(*result, (n_rows, n_cols)), total)
-        only = call(kernels.merge_scaled, n_rows, n_cols, terms, pattern_only=True)
-        assert only[2] is None
-        np.testing.assert_array_equal(only[0], result[0])
-        np.testing.assert_array_equal(only[1], result[1])
+        _check_merge(kernels, n_rows, n_cols, terms, _expected_blocks)
 
 
 def test_merge_scaled_stacked_example(kernels):
