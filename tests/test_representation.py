@@ -428,10 +428,12 @@ def test_scalar_seed_shapes():
     ((3, 4), (slice(None, None, -1), slice(1, 3))), ((3, 4), (1,)), ((3, 4), (Ellipsis, 2)),
     ((3, 4), (None, slice(1, None), None, slice(None, None, -2))), ((2, 3, 2), (0, 1, 1)),
     ((2, 3, 2), (slice(0, 0),)), ((3, 4), (slice(None), slice(None))),
+    ((3, 1), ("broadcast", (3, 4))), ((1, 4), ("broadcast", (2, 3, 4))),
 ])
 def test_rows_from_basic_indexing_read_by_strides(shape, key):
     n = int(np.prod(shape))
-    view = jac._arange(n).reshape(shape)[key]
+    rows = jac._arange(n).reshape(shape)
+    view = np.broadcast_to(rows, key[1]) if key[0] == "broadcast" else rows[key]
     rows = jac._Rows(view, n)
     # recognised as a view: no index array (a full integer index gives a scalar)
     assert (rows._view is not None) == isinstance(view, np.ndarray)
