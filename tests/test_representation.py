@@ -433,7 +433,8 @@ def test_scalar_seed_shapes():
 def test_rows_from_basic_indexing_read_by_strides(shape, key):
     n = int(np.prod(shape))
     rows = jac._arange(n).reshape(shape)
-    view = np.broadcast_to(rows, key[1]) if key[0] == "broadcast" else rows[key]
+    broadcast = isinstance(key, tuple) and key[0] == "broadcast"
+    view = np.broadcast_to(rows, key[1]) if broadcast else rows[key]
     rows = jac._Rows(view, n)
     # recognised as a view: no index array (a full integer index gives a scalar)
     assert (rows._view is not None) == isinstance(view, np.ndarray)
