@@ -79,24 +79,23 @@ def _call(ufunc, inputs, kwargs):
     if not forwards:  # only an out= target is a forward value
         return out
     seed = jac.common_seed([x._jacobian for _, x in forwards])
-    values = _at_precision(values, out.dtype)
-    n = out.size
     if category == "piecewise_constant":
-        return make(out, jac.zero(seed, n))
+        return make(out, jac.zero(seed, out.size))
+    if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
+        return _non_holomorphic(ufunc, name, inputs[0], out)
+    partials = rules.DERIVATIVES.get(ufunc)
+    for i, _ in forwards:
+        if partials is not None and partials[i] is None:
+            raise unsupported(name, "argument %d is an integer and cannot depend on "
+                              "the seed" % (i + 1))
+    if seed.pattern_only:  # the union of the operands' patterns: no partials, no masks
+        return make(out, jac.add([broadcast_jacobian(x, out.shape) for _, x in forwards]))
+    values = _at_precision(values, out.dtype)
     if category == "selection":
         first = np.broadcast_to(rules.SELECTIONS[ufunc](*values, out), out.shape).ravel()
         terms = [jac.mask_rows(broadcast_jacobian(x, out.shape),
                                first if i == 0 else ~first) for i, x in forwards]
         return make(out, jac.add(terms))
-    if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
-        return _non_holomorphic(ufunc, name, inputs[0], out)
-    partials = rules.DERIVATIVES[ufunc]
-    for i, _ in forwards:
-        if partials[i] is None:
-            raise unsupported(name, "argument %d is an integer and cannot depend on "
-                              "the seed" % (i + 1))
-    if seed.pattern_only:  # the union of the operands' patterns; no partials needed
-        return make(out, jac.add([broadcast_jacobian(x, out.shape) for _, x in forwards]))
     terms = []
     with np.errstate(all="ignore"):  # numpy already warned about the value
         for i, x in forwards:
