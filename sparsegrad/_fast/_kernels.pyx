@@ -617,6 +617,48 @@ cdef enum:
     ONES_SCALE = 4      # data None, complex scale: 1 * scale by the complex formula
 
 
+# The same formulas as compile-time tags: a loop written once over a fused
+# ``formula_t`` is compiled once per formula, with the formula's test out of
+# the loop (``values`` off is the pattern tag).  ``_with_formula`` maps a
+# term's runtime mode to its tag.
+cdef struct PatternTag:
+    char unused
+cdef struct OnesTag:
+    char unused
+cdef struct DataTag:
+    char unused
+cdef struct ScaleTag:
+    char unused
+cdef struct DataScaleTag:
+    char unused
+cdef struct OnesScaleTag:
+    char unused
+
+ctypedef fused formula_t:
+    PatternTag
+    OnesTag
+    DataTag
+    ScaleTag
+    DataScaleTag
+    OnesScaleTag
+
+
+cdef inline data_t _formula_value(formula_t* tag, const data_t* dp, const data_t* sp,
+                                  int64_t p, int64_t r, int64_t step) noexcept nogil:
+    """Value of entry ``p`` (local row ``r``) of a term by the tag's formula."""
+    cdef data_t one = 1
+    if formula_t is DataTag:
+        return dp[p]
+    elif formula_t is ScaleTag:
+        return sp[r * step]
+    elif formula_t is DataScaleTag:
+        return _mul(dp[p], sp[r * step])
+    elif formula_t is OnesScaleTag:
+        return _mul(one, sp[r * step])
+    else:
+        return one
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef inline data_t _term_value(const Term* t, int64_t p, int64_t i, data_t one) noexcept nogil:
@@ -1048,6 +1090,40 @@ cdef inline void _prefetch_next(const Term* t, int64_t r, int64_t lo, int64_t n,
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+cdef inline int _sel_gather_term(formula_t* tag, int64_t n, const int64_t* ip,
+                                 const int64_t* ix, int64_t* cursor, int64_t nnz_t,
+                                 uint64_t ncols, uint64_t* kp, data_t* vp,
+                                 Py_ssize_t n_terms, Py_ssize_t k, const data_t* dp,
+                                 const data_t* sp, int64_t step,
+                                 uint64_t* bad) noexcept nogil:
+    """The rows of one term for :func:`_sel_gather`: 1 if some row holds more
+    than one entry or an indptr step is invalid, else 0 (``cursor`` moved)."""
+    cdef int64_t r, hi, d, lo = cursor[0]
+    cdef uint64_t c, empty = (SEL_EMPTY_COL << KEY_SHIFT), seen_bad = 0
+    cdef data_t zero = 0
+    for r in range(n):
+        hi = ip[r]
+        d = hi - lo
+        if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
+            return 1
+        if d:
+            c = <uint64_t>ix[lo]
+            seen_bad |= c >= ncols
+            kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
+            if formula_t is not PatternTag:
+                vp[r * n_terms] = _formula_value(tag, dp, sp, lo, r, step)
+        else:
+            kp[r * n_terms] = empty | <uint64_t>k
+            if formula_t is not PatternTag:
+                vp[r * n_terms] = zero
+        lo = hi
+    bad[0] |= seen_bad
+    cursor[0] = lo
+    return 0
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
                      const Term* terms, bint values, uint64_t ncols,
                      data_t* bvals) noexcept nogil:
@@ -1059,8 +1135,8 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
     then: the general rows take the block and check it), -1 if a column lies
     outside ``[0, ncols)``."""
     cdef Py_ssize_t k
-    cdef int64_t r, lo, hi, d, nnz_t, step
-    cdef uint64_t c, bad = 0, empty = (SEL_EMPTY_COL << KEY_SHIFT)
+    cdef int64_t lo, nnz_t, step
+    cdef uint64_t bad = 0
     cdef const Term* t
     cdef const int64_t* ip
     cdef const int64_t* ix
@@ -1068,8 +1144,7 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
     cdef const data_t* sp
     cdef uint64_t* kp
     cdef data_t* vp
-    cdef data_t one = 1, zero = 0
-    cdef int mode
+    cdef int mode, rc
     for k in range(n_terms):
         t = &terms[k]
         ip = t.indptr + r0 + 1
@@ -1083,97 +1158,26 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
         sp = (<const data_t*>t.scale) + r0 * t.scale_step if t.scale != NULL else NULL
         step = t.scale_step
         _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
-        # one loop per value formula (fixed within a term)
         if not values:
-            for r in range(n):
-                hi = ip[r]
-                d = hi - lo
-                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
-                    return 1
-                if d:
-                    c = <uint64_t>ix[lo]
-                    bad |= c >= ncols
-                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
-                    pass
-                else:
-                    kp[r * n_terms] = empty | <uint64_t>k
-                    pass
-                lo = hi
+            rc = _sel_gather_term(<PatternTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
+                                  n_terms, k, dp, sp, step, &bad)
         elif mode == ONES:
-            for r in range(n):
-                hi = ip[r]
-                d = hi - lo
-                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
-                    return 1
-                if d:
-                    c = <uint64_t>ix[lo]
-                    bad |= c >= ncols
-                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
-                    vp[r * n_terms] = one
-                else:
-                    kp[r * n_terms] = empty | <uint64_t>k
-                    vp[r * n_terms] = zero
-                lo = hi
+            rc = _sel_gather_term(<OnesTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
+                                  n_terms, k, dp, sp, step, &bad)
         elif mode == DATA:
-            for r in range(n):
-                hi = ip[r]
-                d = hi - lo
-                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
-                    return 1
-                if d:
-                    c = <uint64_t>ix[lo]
-                    bad |= c >= ncols
-                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
-                    vp[r * n_terms] = dp[lo]
-                else:
-                    kp[r * n_terms] = empty | <uint64_t>k
-                    vp[r * n_terms] = zero
-                lo = hi
+            rc = _sel_gather_term(<DataTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
+                                  n_terms, k, dp, sp, step, &bad)
         elif mode == SCALE:
-            for r in range(n):
-                hi = ip[r]
-                d = hi - lo
-                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
-                    return 1
-                if d:
-                    c = <uint64_t>ix[lo]
-                    bad |= c >= ncols
-                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
-                    vp[r * n_terms] = sp[r * step]
-                else:
-                    kp[r * n_terms] = empty | <uint64_t>k
-                    vp[r * n_terms] = zero
-                lo = hi
+            rc = _sel_gather_term(<ScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
+                                  n_terms, k, dp, sp, step, &bad)
         elif mode == DATA_SCALE:
-            for r in range(n):
-                hi = ip[r]
-                d = hi - lo
-                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
-                    return 1
-                if d:
-                    c = <uint64_t>ix[lo]
-                    bad |= c >= ncols
-                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
-                    vp[r * n_terms] = _mul(dp[lo], sp[r * step])
-                else:
-                    kp[r * n_terms] = empty | <uint64_t>k
-                    vp[r * n_terms] = zero
-                lo = hi
+            rc = _sel_gather_term(<DataScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
+                                  n_terms, k, dp, sp, step, &bad)
         else:
-            for r in range(n):
-                hi = ip[r]
-                d = hi - lo
-                if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
-                    return 1
-                if d:
-                    c = <uint64_t>ix[lo]
-                    bad |= c >= ncols
-                    kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
-                    vp[r * n_terms] = _mul(one, sp[r * step])
-                else:
-                    kp[r * n_terms] = empty | <uint64_t>k
-                    vp[r * n_terms] = zero
-                lo = hi
+            rc = _sel_gather_term(<OnesScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
+                                  n_terms, k, dp, sp, step, &bad)
+        if rc:
+            return 1
         st.los[k] = lo
     return -1 if bad else 0
 
@@ -1293,20 +1297,44 @@ cdef int64_t _sel_block(MergeState* st, int64_t r0, int64_t r1, int64_t n_cols,
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef inline data_t _sel_value(int mode, const data_t* dp, const data_t* sp, int64_t p,
-                              int64_t r, int64_t step) noexcept nogil:
-    """Value of a one-entry term row (entry ``p``, local row ``r``) by the
-    term's formula (``sp`` moved to the block's first row)."""
-    cdef data_t one = 1
-    if mode == DATA:
-        return dp[p]
-    if mode == SCALE:
-        return sp[r * step]
-    if mode == DATA_SCALE:
-        return _mul(dp[p], sp[r * step])
-    if mode == ONES_SCALE:
-        return _mul(one, sp[r * step])
-    return one
+cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, int64_t limit,
+                                 const int64_t* ip, const int64_t* ix, int64_t lo,
+                                 uint64_t ncols, const oindex_t* prev, int64_t pc,
+                                 oindex_t* oi, data_t* od, int64_t c, const data_t* dp,
+                                 const data_t* sp, int64_t step, uint64_t* bad,
+                                 uint64_t* disorder) noexcept nogil:
+    """One term's rows for :func:`_direct_block`; returns the rows that follow
+    the template.  The first term of a place writes it (and notes a column
+    not above the previous place's in ``disorder``); the others check the
+    column and add.  ``checked``: the indptr steps are known to be one."""
+    cdef int64_t r, col
+    cdef uint64_t seen_bad = 0, seen_disorder = 0
+    if first:
+        for r in range(limit):
+            if not checked and ip[r] != lo + 1 + r:
+                limit = r
+                break
+            col = ix[lo + r]
+            seen_bad |= <uint64_t>col >= ncols
+            seen_disorder |= col <= prev[r * pc]
+            oi[r * c] = <oindex_t>col
+            if formula_t is not PatternTag:
+                od[r * c] = _formula_value(tag, dp, sp, lo + r, r, step)
+    else:
+        for r in range(limit):
+            if not checked and ip[r] != lo + 1 + r:
+                limit = r
+                break
+            col = ix[lo + r]
+            seen_bad |= <uint64_t>col >= ncols
+            if oi[r * c] != col:
+                limit = r
+                break
+            if formula_t is not PatternTag:
+                od[r * c] = od[r * c] + _formula_value(tag, dp, sp, lo + r, r, step)
+    bad[0] |= seen_bad
+    disorder[0] |= seen_disorder
+    return limit
 
 
 @cython.boundscheck(False)
@@ -1379,225 +1407,26 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
             if terms[st.tmpl_order[j]].indptr == t.indptr and st.his[st.tmpl_order[j]] == lo:
                 checked = True
                 break
-        # one loop per value formula, role and check (fixed within a term)
-        if not checked:
-            if first:
-                if not values:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                elif mode == ONES:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = one
-                elif mode == DATA:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = dp[lo + r]
-                elif mode == SCALE:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = sp[r * step]
-                elif mode == DATA_SCALE:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = _mul(dp[lo + r], sp[r * step])
-                else:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = _mul(one, sp[r * step])
-            else:
-                if not values:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                elif mode == ONES:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + one
-                elif mode == DATA:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + dp[lo + r]
-                elif mode == SCALE:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + sp[r * step]
-                elif mode == DATA_SCALE:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + _mul(dp[lo + r], sp[r * step])
-                else:
-                    for r in range(limit):
-                        if ip[r] != lo + 1 + r:
-                            limit = r
-                            break
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + _mul(one, sp[r * step])
+        # one loop per formula (a compile-time tag: the formula's test is out
+        # of the loop)
+        if not values:
+            limit = _direct_term(<PatternTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+        elif mode == ONES:
+            limit = _direct_term(<OnesTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+        elif mode == DATA:
+            limit = _direct_term(<DataTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+        elif mode == SCALE:
+            limit = _direct_term(<ScaleTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+        elif mode == DATA_SCALE:
+            limit = _direct_term(<DataScaleTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
         else:
-            if first:
-                if not values:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                elif mode == ONES:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = one
-                elif mode == DATA:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = dp[lo + r]
-                elif mode == SCALE:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = sp[r * step]
-                elif mode == DATA_SCALE:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = _mul(dp[lo + r], sp[r * step])
-                else:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        disorder |= col <= prev[r * pc]
-                        oi[r * c] = <oindex_t>col
-                        od[r * c] = _mul(one, sp[r * step])
-            else:
-                if not values:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                elif mode == ONES:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + one
-                elif mode == DATA:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + dp[lo + r]
-                elif mode == SCALE:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + sp[r * step]
-                elif mode == DATA_SCALE:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + _mul(dp[lo + r], sp[r * step])
-                else:
-                    for r in range(limit):
-                        col = ix[lo + r]
-                        bad |= <uint64_t>col >= ncols
-                        if oi[r * c] != col:
-                            limit = r
-                            break
-                        od[r * c] = od[r * c] + _mul(one, sp[r * step])
+            limit = _direct_term(<OnesScaleTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
     if bad:
         return -1
     # the places of each row must hold increasing columns (looked at only
@@ -2105,6 +1934,31 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
 
 
+cdef int64_t _merge_kind(int kind, int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
+                         const Term* terms, const int64_t* first_rows, Py_ssize_t n_seg,
+                         const int64_t* seg_rows, const int64_t* seg_start,
+                         const int64_t* seg_terms, bint values, MergeState* st,
+                         Term* active, int64_t* cursors, Dense* dense,
+                         oindex_t* out_indptr, oindex_t* out_indices,
+                         void* out_data) noexcept nogil:
+    """:func:`_merge_loop` for the value type ``kind`` of ``out_data``."""
+    if kind == F32:
+        return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
+                           seg_start, seg_terms, values, st, active, cursors, dense,
+                           out_indptr, out_indices, <float*>out_data)
+    if kind == F64:
+        return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
+                           seg_start, seg_terms, values, st, active, cursors, dense,
+                           out_indptr, out_indices, <double*>out_data)
+    if kind == C64:
+        return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
+                           seg_start, seg_terms, values, st, active, cursors, dense,
+                           out_indptr, out_indices, <complex64_t*>out_data)
+    return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
+                       seg_start, seg_terms, values, st, active, cursors, dense,
+                       out_indptr, out_indices, <complex128_t*>out_data)
+
+
 def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     """Sum of row-scaled CSR matrices, ``sum_k diag(scale_k) @ M_k``, each term
     placed at its own first row.
@@ -2302,39 +2156,11 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             ts[k].mode = _term_mode(prepared[k][2], prepared[k][3], kind)
         with nogil:
             if int32:
-                if kind == F32:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
-                                      <float*>od)
-                elif kind == F64:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
-                                      <double*>od)
-                elif kind == C64:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
-                                      <complex64_t*>od)
-                else:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int32_t*>oip, <int32_t*>oix,
-                                      <complex128_t*>od)
+                nnz = _merge_kind(kind, nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values,
+                                  st, act, cursors, &dense, <int32_t*>oip, <int32_t*>oix, od)
             else:
-                if kind == F32:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
-                                      <float*>od)
-                elif kind == F64:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
-                                      <double*>od)
-                elif kind == C64:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
-                                      <complex64_t*>od)
-                else:
-                    nnz = _merge_loop(nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values, st,
-                                      act, cursors, &dense, <int64_t*>oip, <int64_t*>oix,
-                                      <complex128_t*>od)
+                nnz = _merge_kind(kind, nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values,
+                                  st, act, cursors, &dense, <int64_t*>oip, <int64_t*>oix, od)
     finally:
         free(ts)
         free(act)
