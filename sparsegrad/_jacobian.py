@@ -120,6 +120,17 @@ class CSR:
         return int(self.indptr[-1])
 
     @property
+    def is_empty(self):
+        """No stored entry (for a selection, without building its CSR arrays)."""
+        if self._indptr is None:
+            return len(self.columns) == 0 or int(self.columns.max()) < 0
+        return self.nnz == 0
+
+    def max_entries(self):
+        """An upper bound of ``nnz`` that builds nothing."""
+        return self.shape[0] if self._indptr is None else self.nnz
+
+    @property
     def finite(self):
         """True when no stored value is inf or nan (cached)."""
         if self._finite is None:
@@ -226,7 +237,7 @@ class Jacobian:
             if self._blocks is not None:
                 self._zero = all(block.is_zero for block in self._blocks)
             else:
-                self._zero = all(M is not None and M.nnz == 0 for _, _, M in self._terms)
+                self._zero = all(M is not None and M.is_empty for _, _, M in self._terms)
         return self._zero
 
     def _single(self):
@@ -504,7 +515,8 @@ def take_rows(J, rows, key=None):
         return J
     if J.is_zero:
         return zero(J.seed, n)
-    if len(J.terms) > 1 and any(M is not None and M.nnz > 2 * J.n_rows for _, _, M in J.terms):
+    if len(J.terms) > 1 and any(M is not None and M.max_entries() > 2 * J.n_rows
+                                for _, _, M in J.terms):
         J._single()  # dense-ish terms: one gather of the merged matrix is cheaper
     terms = []
     for s, d, M in J.terms:
@@ -580,7 +592,7 @@ def to_scipy(J, dtype):
     keeps is shared with the matrix the user may modify.
     """
     import scipy.sparse
-    bound = sum(J.n_rows if M is None else M.nnz
+    bound = sum(J.n_rows if M is None else M.max_entries()
                 for _, block in J.pieces() for _, _, M in block.terms)
     index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
     indptr, indices, data = _merge(J, index_dtype=index)
