@@ -23,6 +23,7 @@ import scipy.sparse.linalg
 from scipy.optimize import OptimizeResult
 
 from ._api import value_and_jacobian
+from ._value import is_forward as _is_forward
 
 __all__ = ["newton", "OptimizeResult", "direct_solvers"]
 
@@ -146,7 +147,8 @@ def _norm(v):
 
 def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
            linear_solver="direct", linear_options=None, line_search=True,
-           min_damping=1e-4, divtol=1e8, verbose=False, callback=None):
+           min_damping=1e-4, divtol=1e8, verbose=False, callback=None,
+           sensitivity=False):
     """Solve ``F(x) = 0`` by Newton's method with the exact sparse Jacobian.
 
     Parameters
@@ -195,6 +197,16 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         ``callback(x, f)`` after every iteration, with the new iterate and its
         residual (both shaped like ``x0``/``F``'s output); returning ``True``
         stops the iteration (status 0).
+    sensitivity : bool, optional
+        Implicit differentiation: ``args`` may hold forward values (all from
+        one ``forward.seed``, the parameters ``p``); the system is solved at
+        their values, and on success ``result.x`` is a forward value whose
+        Jacobian is ``dx/dp = -F_x^{-1} F_p`` (times the parameters' own
+        Jacobian), from one more evaluation of ``F`` at the solution and one
+        factorisation of ``F_x`` (SuperLU, whatever ``linear_solver`` is).
+        It is dense in the seeded columns it touches, so it is limited by
+        ``sparsegrad.linalg.MAX_DENSE_ENTRIES`` (``DensificationError``
+        otherwise).  On failure ``result.x`` stays a plain array.
 
     Returns
     -------
@@ -213,6 +225,8 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         For a non-finite ``x0``, a residual whose size differs from
         ``x0.size``, an unknown or unavailable ``linear_solver``, or invalid
         tolerances.
+    TypeError
+        For forward values in ``args`` without ``sensitivity=True``.
 
     Examples
     --------
@@ -227,6 +241,15 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     (True, True)
     >>> result.x
     array([1.    , 1.1   , 1.31  , 1.8161])
+
+    Sensitivity of the solution of ``x**2 = p`` to ``p``:
+
+    >>> from sparsegrad import forward
+    >>> p = forward.seed(np.array([4.0, 9.0]))
+    >>> result = newton(lambda x, p: x ** 2 - p, np.ones(2), args=(p,), sensitivity=True)
+    >>> result.x.value, result.x.dvalue.toarray().round(4)
+    (array([2., 3.]), array([[0.25  , 0.    ],
+           [0.    , 0.1667]]))
     """
     x = np.array(x0, dtype=np.result_type(np.asarray(x0).dtype, np.float64), copy=True)
     shape = x.shape
@@ -237,6 +260,16 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
                          "0 < min_damping <= 1 and maxiter >= 0")
     solve, solver_name = _linear_solver(linear_solver, dict(linear_options or {}))
     args = tuple(args)
+    parameter_args = args
+    if any(_is_forward(a) for a in args):
+        if not sensitivity:
+            raise TypeError("sparsegrad.optimize.newton: args hold forward values; pass "
+                            "sensitivity=True to get the solution's derivative with "
+                            "respect to them, or pass their .value")
+        args = tuple(a.value if _is_forward(a) else a for a in args)
+    elif sensitivity:
+        raise ValueError("sparsegrad.optimize.newton: sensitivity=True needs forward "
+                         "values among args (the parameters, from forward.seed)")
     evaluate = value_and_jacobian(F)
     counts = {"nfev": 0, "njev": 0}
 
@@ -269,8 +302,13 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         message = STATUS[status] + (": " + detail if detail else "")
         if verbose:
             print("newton: %s" % message)
+        solution = x.reshape(shape)
+        if sensitivity and status > 0:
+            from .linalg import implicit_solution
+            solution = implicit_solution(F, solution, parameter_args,
+                                         "sparsegrad.optimize.newton")
         return OptimizeResult(
-            x=x.reshape(shape), success=status > 0, status=status, message=message,
+            x=solution, success=status > 0, status=status, message=message,
             nit=nit, nfev=counts["nfev"], njev=counts["njev"], fun=f, jac=J,
             residual_norms=norms)
 
