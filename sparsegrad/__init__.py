@@ -16,6 +16,7 @@ from ._memory import keep_freed_memory
 from .functions import where, dot, sum, hstack, stack, branch, apply, asdifferentiable
 from . import sparsevec
 from . import optimize
+from . import sparse, linalg
 from .sparsevec import sparsesum, sparsesum_bare
 
 version = __version__ = "0.1.0.dev0"
@@ -24,4 +25,4 @@ __all__ = ["forward", "UnsupportedOperationError", "DensificationError",
            "SeedMismatchError", "KERNELS", "version",
            "jacobian", "value_and_jacobian", "jvp", "sparsity", "keep_freed_memory",
            "where", "dot", "sum", "hstack", "stack", "branch", "apply", "asdifferentiable",
-           "sparsevec", "sparsesum", "sparsesum_bare", "optimize"]
+           "sparsevec", "sparsesum", "sparsesum_bare", "optimize", "sparse", "linalg"]
