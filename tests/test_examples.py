@@ -122,3 +122,15 @@ def test_brusselator_routes_agree():
     assert result["runs"]["BDF, sparsegrad jac"]["njev"] >= 1
     assert result["fd_error"] < 1e-12
     assert result["min_value"] > 0
+
+
+def test_heat_sensitivity_matches_finite_differences():
+    result = _load("heat_sensitivity").main(n=10, verbose=False)
+    # the assembled A(T) @ T - q has the hand-expanded stencil's Jacobian, nothing denser
+    assert result["stencil_jacobian_rel_error"] < 1e-13
+    assert result["jacobian_nnz"] == (5 * 100 - 4 * 10,) * 2
+    assert result["linear_fd_rel_error"] < 1e-7
+    assert result["newton_converged"] and result["newton_iterations"] <= 8
+    assert result["newton_fd_rel_error"] < 1e-7
+    # more conductive material cools the plate everywhere
+    assert np.all(result["mean_temperature_sensitivity"] < 0)
