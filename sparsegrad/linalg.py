@@ -51,7 +51,10 @@ MAX_DENSE_ENTRIES = 10 ** 7
 def _matrix_of(v):
     """The Jacobian of a forward value as a scipy CSR matrix, always 2-d."""
     J = jacobian_of(v)
-    dtype = np.bool_ if J.seed.pattern_only else np.result_type(v.dtype, np.float64)
+    if J.seed.pattern_only:
+        dtype = np.bool_
+    else:  # as .dvalue: the value's dtype (float32 stays float32)
+        dtype = v.dtype if np.issubdtype(v.dtype, np.inexact) else np.float64
     return _jacobian.to_scipy(J, dtype)
 
 
@@ -91,20 +94,43 @@ def _solution_jacobian(solve, n, rhs, seed, name):
     return _jacobian.Jacobian(seed, n_rows, matrix=matrix)
 
 
-def _lu_solver(lu, trans="N"):
-    """``B -> A^{-1} B`` with a SuperLU factorisation, for real or complex ``B``."""
-    real_factor = not np.iscomplexobj(lu.L.data)
+def _working_dtype(matrix_dtype, rhs_dtype):
+    """The dtype SuperLU factorises in: the matrix's, raised to the precision of the
+    right-hand side (a complex right-hand side of a real matrix is solved as its
+    real and imaginary parts); one of the four dtypes SuperLU knows."""
+    rhs_dtype = np.dtype(rhs_dtype)
+    rhs_real = np.finfo(rhs_dtype).dtype if rhs_dtype.kind in "fc" else np.dtype(np.float64)
+    dtype = np.result_type(matrix_dtype, rhs_real, np.float32)
+    if dtype not in (np.float32, np.float64, np.complex64, np.complex128):
+        dtype = np.dtype(np.complex128 if dtype.kind == "c" else np.float64)
+    return dtype
 
-    def solve(b):
-        b = np.asarray(b)
-        if real_factor and np.iscomplexobj(b):
-            # SuperLU solves in the factor's dtype: real and imaginary parts apart
-            return lu.solve(np.ascontiguousarray(b.real), trans) + 1j * lu.solve(
-                np.ascontiguousarray(b.imag), trans)
-        dtype = np.result_type(b.dtype, lu.L.dtype)
-        return lu.solve(np.asarray(b, dtype=dtype), trans)
 
-    return solve
+class _Factors:
+    """SuperLU factorisations of one matrix, one per working dtype (usually one)."""
+
+    def __init__(self, matrix, options):
+        self.matrix = matrix.tocsc()
+        self.options = options
+        self.cache = {}
+
+    def get(self, dtype):
+        if dtype not in self.cache:
+            self.cache[dtype] = scipy.sparse.linalg.splu(self.matrix.astype(dtype),
+                                                         **self.options)
+        return self.cache[dtype]
+
+    def solver(self, trans="N"):
+        """``B -> A^{-1} B`` (or with ``A.T``, ``A^H``), for real or complex ``B``."""
+        def solve(b):
+            b = np.asarray(b)
+            dtype = _working_dtype(self.matrix.dtype, b.dtype)
+            lu = self.get(dtype)
+            if dtype.kind == "f" and b.dtype.kind == "c":
+                return (lu.solve(np.ascontiguousarray(b.real, dtype=dtype), trans)
+                        + 1j * lu.solve(np.ascontiguousarray(b.imag, dtype=dtype), trans))
+            return lu.solve(np.ascontiguousarray(b, dtype=dtype), trans)
+        return solve
 
 
 def _square(A, name):
@@ -209,11 +235,13 @@ class SuperLU:
            [ 0.  , -0.25]])
     """
 
-    def __init__(self, A, lu):
+    def __init__(self, A, factors):
         self._A = A
-        self.value = lu
+        self._factors = factors
+        # factorised now, so that a singular matrix raises here, as in scipy
+        self.value = factors.get(_working_dtype(A.dtype, A.dtype))
         self.shape = A.shape
-        self.nnz = lu.nnz
+        self.nnz = self.value.nnz
 
     L = property(lambda self: self.value.L)
     U = property(lambda self: self.value.U)
@@ -229,7 +257,7 @@ class SuperLU:
                              "or 'H', not %r" % (trans,))
         A = self._A
         applied = {"N": lambda: A, "T": lambda: A.T, "H": lambda: A.conj().T}[trans]()
-        return _solve(A, applied, _lu_solver(self.value, trans), rhs, "SuperLU.solve")
+        return _solve(A, applied, self._factors.solver(trans), rhs, "SuperLU.solve")
 
 
 def splu(A, permc_spec=None, **options):
@@ -241,7 +269,7 @@ def splu(A, permc_spec=None, **options):
     A = _square(A, "splu")
     if permc_spec is not None:
         options["permc_spec"] = permc_spec
-    return SuperLU(A, scipy.sparse.linalg.splu(A.value.tocsc(), **options))
+    return SuperLU(A, _Factors(A.value, options))
 
 
 def factorized(A):
@@ -374,5 +402,5 @@ def implicit_solution(F, x, args, name="sparsegrad.linalg.implicit_solution"):
     if user_seed.pattern_only:
         solve = None
     else:
-        solve = _lu_solver(scipy.sparse.linalg.splu(Fx.tocsc()))
+        solve = _Factors(Fx, {}).solver()
     return make(x, _solution_jacobian(solve, n, _matrix_of(rhs), user_seed, name))

@@ -244,6 +244,10 @@ class SparseMatrix:
         data = self._data.copy()
         return self._with_data(data)
 
+    def astype(self, dtype):
+        """The matrix with its values cast to ``dtype`` (the same pattern)."""
+        return self._with_data(self._data.astype(dtype))
+
     def tocsr(self):
         """The matrix itself (it is stored as CSR)."""
         return self

@@ -116,13 +116,14 @@ def test_factorized_reuses_one_factorisation():
 
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("unit_diagonal", [False, True])
+@dtypes
 @modes
-def test_spsolve_triangular(lower, unit_diagonal, a_forward, b_forward):
+def test_spsolve_triangular(lower, unit_diagonal, a_forward, b_forward, dtype):
     keep = COLS <= ROWS if lower else COLS >= ROWS
     x0 = RNG.uniform(-1, 1, K + N)
 
     def solve(x, lib):
-        data, b = _values(x, a_forward, float)[keep], _rhs(x, b_forward, 1)
+        data, b = _values(x, a_forward, dtype)[keep], _rhs(x, b_forward, 1)
         if lib == "dense":
             A = np.zeros((N, N), dtype=data.dtype)
             np.add.at(A, (ROWS[keep], COLS[keep]), data)
@@ -150,6 +151,22 @@ def test_scipy_matrix_with_forward_rhs():
     x0 = RNG.uniform(-1, 1, N)
     check(lambda x: linalg.spsolve(A, x ** 2), lambda x: np.linalg.solve(A.toarray(), x ** 2),
           x0)
+
+
+@pytest.mark.parametrize("b_dtype", [np.float32, np.float64, np.complex128])
+def test_float32_matrix(b_dtype):
+    # SuperLU works in the precision the operands need; the Jacobian has the value's dtype
+    x = forward.seed(np.array([2.0, 4.0], dtype=np.float32))
+    A = sparse.diags(x) + sparse.csr_matrix(scipy.sparse.csr_matrix(
+        np.array([[0.0, 1.0], [0.0, 0.0]], dtype=np.float32)))
+    b = np.array([1.0, 2.0], dtype=b_dtype)
+    solution = linalg.spsolve(A, b)
+    expected_dtype = np.result_type(np.float32, b_dtype)
+    assert solution.dtype == expected_dtype and solution.dvalue.dtype == expected_dtype
+    reference = numerical_jacobian(
+        lambda z: np.linalg.solve(np.diag(z) + np.eye(2, k=1), b), np.array([2.0, 4.0]),
+        method="central")
+    np.testing.assert_allclose(solution.dvalue.toarray(), reference, rtol=1e-5, atol=1e-6)
 
 
 def test_jacobian_holds_only_the_touched_columns():
