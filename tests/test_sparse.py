@@ -415,6 +415,27 @@ def test_sparsity_mode():
                                     [False, False, True, True], [False, False, False, True]]
 
 
+def test_empty_matrices():
+    x = forward.seed(np.ones(3))
+    none = np.array([], dtype=int)
+    E = sparse.coo_matrix((x[none], (none, none)), shape=(2, 3))
+    y = E @ x
+    assert y.value.tolist() == [0, 0] and y.dvalue.shape == (2, 3) and y.dvalue.nnz == 0
+    A = sparse.diags(x)
+    assert (E @ A).nnz == 0 and (E @ A).shape == (2, 3) and (A @ E.T).shape == (3, 2)
+    assert (E + E).nnz == 0 and E.multiply(E).nnz == 0
+    assert E.sum(axis=0).dvalue.shape == (3, 3) and E.diagonal().value.tolist() == [0, 0]
+    Z = sparse.coo_matrix((x[none], (none, none)), shape=(0, 3))
+    assert (Z @ x).value.shape == (0,) and Z.sum(axis=1).shape == (0, 1)
+    assert A.diagonal(5).value.shape == (0,)
+
+
+def test_values_from_different_seeds_refuse_to_combine():
+    a, b = forward.seed(np.ones(2)), forward.seed(np.ones(2))
+    with pytest.raises(ValueError, match="seed"):
+        sparse.diags(a) @ b
+
+
 # ==== errors ==========================================================================
 def test_errors_are_loud():
     x = forward.seed(np.ones(3))
