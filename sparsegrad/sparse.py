@@ -116,10 +116,6 @@ class _Pattern:
             self._transpose = (pattern, _readonly(perm))
         return self._transpose
 
-    def keys(self):
-        """Row-major linear position of every entry (sorted, as the pattern is canonical)."""
-        return self.rows * _INDEX(max(self.shape[1], 1)) + self.indices
-
     def same_as(self, other):
         return self is other or (self.shape == other.shape
                                  and np.array_equal(self.indptr, other.indptr)
@@ -391,14 +387,15 @@ class SparseMatrix:
             other = _as_sparse(other)
             _check_same_shape("multiply", self, other)
             a, b = self._pattern, other._pattern
-            keys_a, keys_b = a.keys(), b.keys()
-            if len(keys_b):
-                position = np.minimum(np.searchsorted(keys_b, keys_a), len(keys_b) - 1)
-                found = np.flatnonzero(keys_b[position] == keys_a)
-            else:
-                position = found = np.zeros(0, dtype=_INDEX)
-            rows, cols = a.rows[found], a.indices[found]
-            pattern, _ = _Pattern.from_coo(a.shape, rows, cols)  # already canonical
+            # the stored entries both matrices share: those whose slots in the union
+            # pattern coincide
+            union, slot = _Pattern.from_coo(a.shape, np.concatenate([a.rows, b.rows]),
+                                            np.concatenate([a.indices, b.indices]))
+            entry_of_b = np.full(union.nnz, -1, dtype=_INDEX)
+            entry_of_b[slot[a.nnz:]] = np.arange(b.nnz, dtype=_INDEX)
+            position = entry_of_b[slot[:a.nnz]]
+            found = np.flatnonzero(position >= 0)
+            pattern, _ = _Pattern.from_coo(a.shape, a.rows[found], a.indices[found])
             return SparseMatrix(pattern, self._data[found] * other._data[position[found]])
         other = _dense_operand(other)
         m, n = self.shape

@@ -378,6 +378,13 @@ def test_assemble_finite_elements():
     np.testing.assert_array_equal(rect.value.toarray(), [[0, 1, 0], [0, 2, 3]])
 
 
+def test_very_wide_pattern():
+    # row * n_cols would overflow int64: the pattern is sorted by (row, col) pairs
+    A = sparse.coo_matrix((np.arange(1.0, 4.0), ([1, 0, 1], [2 ** 61, 5, 2 ** 61])),
+                          shape=(2, 2 ** 62))
+    assert A.nnz == 2 and A.indices.tolist() == [5, 2 ** 61] and A.data.tolist() == [2, 4]
+
+
 def test_constructors_copy_user_arrays():
     data, rows, cols = np.array([1.0, 2.0]), np.array([0, 1]), np.array([1, 0])
     A = sparse.coo_matrix((data, (rows, cols)))
