@@ -18,6 +18,13 @@ extensions = [
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=COMPILE_ARGS,
     ),
+    Extension(
+        "sparsegrad._fast._pool",
+        ["sparsegrad/_fast/_pool.pyx"],
+        include_dirs=[numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=COMPILE_ARGS,
+    ),
 ]
 
 # boundscheck/wraparound are switched off per function in the .pyx, only on

@@ -7,6 +7,7 @@ Run from the repository root::
     python -m asv_benchmarks.ratios --json docs/performance.json
     python -m asv_benchmarks.ratios --size sw=20,40 --quick   # other sizes
     python -m asv_benchmarks.ratios --keep-freed-memory      # glibc keeps freed heap memory
+    python -m asv_benchmarks.ratios --no-pool                # without sparsegrad's memory pool
 
 For each problem and size it prints, all measured in this one process:
 
@@ -386,7 +387,13 @@ def main(argv=None):
                         help="call sparsegrad.keep_freed_memory() first (glibc keeps freed "
                              "heap memory instead of faulting it in again; see "
                              "docs/performance.md); off by default")
+    parser.add_argument("--no-pool", action="store_true",
+                        help="turn sparsegrad's memory pool off (memory_pool_limit(0)) to "
+                             "see what it gains; on by default, as for users")
     args = parser.parse_args(argv)
+    import sparsegrad
+    if args.no_pool:
+        sparsegrad.memory_pool_limit(0)
     if args.keep_freed_memory:
         import sparsegrad
         if not sparsegrad.keep_freed_memory():
@@ -401,6 +408,7 @@ def main(argv=None):
     min_time = args.min_time if args.min_time is not None else (0.005 if args.quick else 0.02)
     data = run(cases, repeats=repeats, min_time=min_time, memory=not args.no_memory)
     data["keep_freed_memory"] = bool(args.keep_freed_memory)
+    data["memory_pool"] = sparsegrad.memory_pool_info()._asdict()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)

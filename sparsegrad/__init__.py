@@ -10,7 +10,8 @@ from . import forward
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
 from ._api import jacobian, value_and_jacobian, jvp, sparsity
-from ._memory import keep_freed_memory
+from ._memory import (keep_freed_memory, memory_pool_info, memory_pool_limit,
+                      release_memory_pool)
 # the 0.0.15 API: ``from sparsegrad import *`` gives forward and these functions;
 # ``sparsevec`` is the submodule, callable as the 0.0.15 ``sparsevec(n, idx, v)``
 from .functions import where, dot, sum, hstack, stack, branch, apply, asdifferentiable
@@ -24,5 +25,6 @@ version = __version__ = "0.1.0.dev0"
 __all__ = ["forward", "UnsupportedOperationError", "DensificationError",
            "SeedMismatchError", "KERNELS", "version",
            "jacobian", "value_and_jacobian", "jvp", "sparsity", "keep_freed_memory",
+           "memory_pool_info", "memory_pool_limit", "release_memory_pool",
            "where", "dot", "sum", "hstack", "stack", "branch", "apply", "asdifferentiable",
            "sparsevec", "sparsesum", "sparsesum_bare", "optimize", "sparse", "linalg"]

@@ -1,4 +1,4 @@
-"""An opt-in allocator setting for processes that build many large Jacobians.
+"""Memory for repeated Jacobian evaluations: sparsegrad's pool, and a glibc setting.
 
 A Jacobian evaluation allocates and frees arrays of many megabytes.  With
 glibc's default settings, memory freed at the top of the heap is handed back to
@@ -15,15 +15,134 @@ evaluates Jacobians repeatedly, or set ``MALLOC_TOP_PAD_`` before starting
 Python.  Arrays larger than glibc's mmap threshold (at most 32 MiB) are mapped
 separately and are not affected.
 
+Since the compiled kernels have it, sparsegrad also keeps the memory of its
+*own* arrays in a pool (:mod:`sparsegrad._fast._pool`, a numpy memory handler
+in the manner of CuPy's memory pool): every operation on forward values
+allocates through the pool, freed arrays go back to it, and the next
+evaluation reuses them without page faults.  Arrays of the user's own code
+keep numpy's allocator.  The pool keeps at most :func:`memory_pool_limit`
+bytes of freed memory (256 MiB by default; ``SPARSEGRAD_MEMORY_POOL_BYTES``
+in the environment sets another default, ``0`` turns the pool off);
+:func:`release_memory_pool` gives it all back to the C library.
+
 >>> import sparsegrad
 >>> sparsegrad.keep_freed_memory(64 * 2 ** 20) in (True, False)
 True
+>>> sparsegrad.memory_pool_info().limit >= 0
+True
 """
+import collections
 import ctypes
 import ctypes.util
+import functools
+import os
 import sys
 
-__all__ = ["keep_freed_memory"]
+from ._fast import pool as _pool
+
+__all__ = ["keep_freed_memory", "pooled", "memory_pool_info", "memory_pool_limit",
+           "release_memory_pool", "PoolInfo"]
+
+_DEFAULT_POOL_BYTES = 256 * 2 ** 20
+
+PoolInfo = collections.namedtuple("PoolInfo", "enabled held_bytes limit reused fresh")
+PoolInfo.__doc__ = """State of sparsegrad's memory pool.
+
+enabled : the pool exists (compiled kernels) and its limit is above zero
+held_bytes : freed memory the pool holds now
+limit : the most freed memory it holds
+reused, fresh : pooled allocations served from freed memory, and by the C library
+"""
+
+
+def _initial_limit():
+    text = os.environ.get("SPARSEGRAD_MEMORY_POOL_BYTES", "")
+    if not text:
+        return _DEFAULT_POOL_BYTES
+    try:
+        limit = int(text)
+    except ValueError:
+        raise ValueError("SPARSEGRAD_MEMORY_POOL_BYTES must be a number of bytes, not %r"
+                         % text) from None
+    if limit < 0:
+        raise ValueError("SPARSEGRAD_MEMORY_POOL_BYTES must be >= 0, not %d" % limit)
+    return limit
+
+
+if _pool is not None:
+    _pool.set_limit(_initial_limit())
+
+
+def pooled(operation):
+    """Decorate an entry point of sparsegrad: numpy allocates through the pool inside it.
+
+    The pool is numpy's allocator only while ``operation`` runs (a context
+    variable, so other threads and the caller's code are unaffected).
+    """
+    if _pool is None:
+        return operation
+    install, restore = _pool.install, _pool.restore
+
+    @functools.wraps(operation)
+    def with_pool(*args, **kwargs):
+        previous = install()
+        try:
+            return operation(*args, **kwargs)
+        finally:
+            restore(previous)
+    return with_pool
+
+
+def memory_pool_info():
+    """The state of sparsegrad's memory pool, as a :data:`PoolInfo`.
+
+    Examples
+    --------
+    >>> info = memory_pool_info()
+    >>> info.held_bytes <= info.limit
+    True
+    """
+    if _pool is None:
+        return PoolInfo(False, 0, 0, 0, 0)
+    held, limit, reused, fresh = _pool.info()
+    return PoolInfo(limit > 0, held, limit, reused, fresh)
+
+
+def memory_pool_limit(nbytes=None):
+    """The most freed memory the pool keeps (bytes); with ``nbytes``, set it first.
+
+    Setting a lower limit than the memory held releases the pool.  ``0``
+    turns pooling off (freed arrays go straight back to the C library).
+    Without the compiled kernels there is no pool and the limit stays 0.
+
+    Examples
+    --------
+    >>> previous = memory_pool_limit()
+    >>> memory_pool_limit(64 * 2 ** 20) in (0, 64 * 2 ** 20)
+    True
+    >>> memory_pool_limit(previous) == previous or memory_pool_info().enabled is False
+    True
+    """
+    if nbytes is not None:
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError("memory_pool_limit: nbytes must be >= 0, got %d" % nbytes)
+        if _pool is not None:
+            _pool.set_limit(nbytes)
+    return memory_pool_info().limit
+
+
+def release_memory_pool():
+    """Give every freed block the pool holds back to the C library.
+
+    Examples
+    --------
+    >>> release_memory_pool()
+    >>> memory_pool_info().held_bytes
+    0
+    """
+    if _pool is not None:
+        _pool.release_all()
 
 #: glibc's parameter number of M_TOP_PAD in mallopt(3)
 _M_TOP_PAD = -2

@@ -24,6 +24,7 @@ from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
 from ._indexing import Assembly, row_index
+from ._memory import pooled
 
 __all__ = ["value", "nvalue", "is_forward", "make", "jacobian_of", "broadcast_jacobian"]
 
@@ -73,6 +74,7 @@ class value(NDArrayOperatorsMixin):
         return self._jac
 
     @property
+    @pooled
     def dvalue(self):
         J = self._jacobian
         seed = J.seed
@@ -191,6 +193,7 @@ class value(NDArrayOperatorsMixin):
         return make(self._value.astype(dtype), jac.zero(self._jacobian.seed, self.size))
 
     # ---- indexing ------------------------------------------------------------
+    @pooled
     def _take(self, key):
         key = _plain_key(key)
         self._owns = False  # basic indexing returns a view of _value
@@ -200,6 +203,7 @@ class value(NDArrayOperatorsMixin):
             return make(result, self._jac.take_rows(rows))
         return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, key)))
 
+    @pooled
     def __setitem__(self, key, new):
         key = _plain_key(key)
         if not self._owns:  # copy on first write: never write into a shared array
@@ -219,6 +223,7 @@ class value(NDArrayOperatorsMixin):
             assembly.write(target_rows.ravel(), None, None)
 
     # ---- numpy protocols -----------------------------------------------------
+    @pooled
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.pop("out", None)
         if out is not None:
@@ -240,6 +245,7 @@ class value(NDArrayOperatorsMixin):
         target[...] = result
         return target
 
+    @pooled
     def __array_function__(self, func, types, args, kwargs):
         from ._functions import FUNCTIONS, CREATION, create
         if func in CREATION:

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _jacobian
 from ._value import value, nvalue, make
+from ._memory import pooled
 
 __all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]
 
@@ -27,6 +28,7 @@ def _seed_array(x):
     return array
 
 
+@pooled
 def _seed(arrays, pattern_only, name):
     if not arrays:
         raise TypeError("sparsegrad.forward.%s needs at least one array" % name)

@@ -14,7 +14,7 @@ import warnings
 
 from . import _reference as reference
 
-__all__ = ["kernels", "reference", "compiled", "KERNELS"]
+__all__ = ["kernels", "reference", "compiled", "KERNELS", "pool"]
 
 compiled = None
 if os.environ.get("SPARSEGRAD_PURE_PYTHON", "") not in ("", "0"):
@@ -36,3 +36,12 @@ else:
     else:
         kernels = compiled
         KERNELS = "compiled"
+
+# the memory pool (sparsegrad._memory) comes with the compiled kernels; the
+# reference path keeps numpy's own allocator
+pool = None
+if compiled is not None:
+    try:
+        from . import _pool as pool
+    except ImportError:  # an extension built before the pool existed
+        pool = None
