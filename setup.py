@@ -10,21 +10,16 @@ from setuptools import Extension, setup
 # default on targets with FMA, e.g. aarch64).
 COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off"]
 
+# the kernels, and the memory pool (a numpy memory handler)
 extensions = [
     Extension(
-        "sparsegrad._fast._kernels",
-        ["sparsegrad/_fast/_kernels.pyx"],
+        "sparsegrad._fast." + name,
+        ["sparsegrad/_fast/%s.pyx" % name],
         include_dirs=[numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=COMPILE_ARGS,
-    ),
-    Extension(
-        "sparsegrad._fast._pool",
-        ["sparsegrad/_fast/_pool.pyx"],
-        include_dirs=[numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=COMPILE_ARGS,
-    ),
+    )
+    for name in ("_kernels", "_pool")
 ]
 
 # boundscheck/wraparound are switched off per function in the .pyx, only on
