@@ -109,7 +109,8 @@ cdef enum:
 
 INDEX_DTYPE = np.int64
 
-__all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr"]
+__all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
+           "selection_csr"]
 
 # dtype codes of the compiled specialisations of data_t
 cdef enum:
@@ -1959,6 +1960,33 @@ cdef int64_t _merge_kind(int kind, int64_t n_rows, int64_t n_cols, Py_ssize_t n_
                        out_indptr, out_indices, <complex128_t*>out_data)
 
 
+cdef tuple _row_segments(list ranges, int64_t nr, bint stacked):
+    """Segments of rows covered by the same terms: ``(bounds, starts, members)``.
+
+    ``ranges`` holds each term's ``(first_row, n_rows)``; segment ``g`` is rows
+    ``bounds[g] .. bounds[g + 1] - 1``, covered by the terms
+    ``members[starts[g]:starts[g + 1]]`` (in term order).  Without ``stacked``
+    every term covers every row.
+    """
+    cdef Py_ssize_t n_terms = len(ranges)
+    if not stacked:
+        return (np.array([0, nr], dtype=INDEX_DTYPE), np.array([0, n_terms], dtype=INDEX_DTYPE),
+                np.arange(n_terms, dtype=INDEX_DTYPE))
+    points = {0, nr}
+    for first, m in ranges:
+        if m:
+            points.add(first)
+            points.add(first + m)
+    points = sorted(points)
+    starts = [0]
+    members = []
+    for a, b in zip(points[:-1], points[1:]):
+        members += [k for k, (first, m) in enumerate(ranges) if m and first <= a and first + m >= b]
+        starts.append(len(members))
+    return (np.array(points, dtype=INDEX_DTYPE), np.array(starts, dtype=INDEX_DTYPE),
+            np.array(members, dtype=INDEX_DTYPE))
+
+
 def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     """Sum of row-scaled CSR matrices, ``sum_k diag(scale_k) @ M_k``, each term
     placed at its own first row.
@@ -2090,28 +2118,8 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             prepared[k][2] = data
             prepared[k][3] = scale
 
-    # segments of rows covered by the same terms
-    if not stacked:
-        segments = np.array([0, nr], dtype=INDEX_DTYPE)
-        seg_start = np.array([0, n_terms], dtype=INDEX_DTYPE)
-        seg_terms = np.arange(n_terms, dtype=INDEX_DTYPE)
-    else:
-        points = {0, nr}
-        for t in prepared:
-            if t[5]:
-                points.add(t[4])
-                points.add(t[4] + t[5])
-        points = sorted(points)
-        starts = [0]
-        members = []
-        for a, b in zip(points[:-1], points[1:]):
-            members += [k for k in range(n_terms)
-                        if prepared[k][5] and prepared[k][4] <= a and prepared[k][4]
-                        + prepared[k][5] >= b]
-            starts.append(len(members))
-        segments = np.array(points, dtype=INDEX_DTYPE)
-        seg_start = np.array(starts, dtype=INDEX_DTYPE)
-        seg_terms = np.array(members, dtype=INDEX_DTYPE)
+    segments, seg_start, seg_terms = _row_segments(
+        [(t[4], t[5]) for t in prepared], nr, stacked)
     first_rows = np.array([t[4] for t in prepared], dtype=INDEX_DTYPE)
 
     out_index = np.int32 if int32 else INDEX_DTYPE
@@ -2431,3 +2439,4 @@ def selection_csr(columns):
         raise ValueError("selection_csr: columns must be >= -1, got %d at row %d"
                          % (columns[-1 - k], -1 - k))
     return out_indptr, _trim(out_indices, k)
+
