@@ -15,6 +15,8 @@ For each problem and size it prints, all measured in this one process:
 * ``jacobian``: ``F(forward.seed(x)).dvalue``, value and Jacobian (median);
 * ``ratio``: jacobian / residual, the median of the per-repeat ratios (residual
   and Jacobian are timed alternately, so slow drifts of the machine cancel);
+* ``first``: one evaluation timed before the repeats, with sparsegrad's memory
+  pool emptied first (the cost of a single Jacobian; the repeats reuse the pool);
 * ``sparsity/seed``: ``F(forward.seed_sparsity(x)).dvalue`` time over the
   jacobian time (median of per-repeat ratios);
 * ``nnz`` of the Jacobian;
@@ -137,6 +139,15 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True):
     funcs = {"residual": plain, "jacobian": jacobian}
     if sparsity:
         funcs["sparsity"] = pattern
+    plain()
+    # the first evaluation of this case, with sparsegrad's memory pool emptied:
+    # what a single Jacobian costs, against the repeated ones timed below
+    import sparsegrad
+    sparsegrad.release_memory_pool()
+    gc.collect()
+    start = time.perf_counter()
+    jacobian()
+    first = time.perf_counter() - start
     for f in funcs.values():       # warm up: imports, caches, first-touch of memory
         f()
     loops = {name: _loops(f, min_time) for name, f in funcs.items()}
@@ -150,6 +161,7 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True):
     if sparsity:
         out["sparsity_ratio"] = statistics.median(
             s / j for s, j in zip(samples["sparsity"], samples["jacobian"]))
+    out["first_jacobian"] = first
     out["samples"] = samples
     out["loops"] = loops
     return out
@@ -197,7 +209,8 @@ def measure(problem, n, repeats=7, min_time=0.02, memory=True):
     t = measure_times(residual, x0, repeats=repeats, min_time=min_time)
     result.update(residual_s=t["residual"], jacobian_s=t["jacobian"], sparsity_s=t["sparsity"],
                   ratio=t["ratio"], sparsity_ratio=t["sparsity_ratio"], repeats=repeats,
-                  loops=t["loops"])
+                  loops=t["loops"], first_jacobian_s=t["first_jacobian"],
+                  first_ratio=t["first_jacobian"] / t["residual"])
     if memory:
         extra, nbytes, mem, nnz = memory_ratio(residual, x0)
         result.update(peak_extra_bytes=int(extra), jacobian_bytes=int(nbytes),
@@ -285,6 +298,14 @@ def report(results, checks, out=print):
                 _problems.get(c["problem"]).name, c["from_label"], c["to_label"],
                 c["nnz_growth"], c["time_growth"], c["per_4x"],
                 _mark(c["pass"]) if c["target"] else "(info)"))
+    if results and "first_ratio" in results[0]:
+        out("")
+        out("first evaluation of each case, sparsegrad's memory pool emptied before it "
+            "(repeated evaluations above reuse the pool's memory)")
+        for r in results:
+            out("  %-30s first %9.3f ms  %7.2fx the residual   (repeated %7.2fx)" % (
+                r["name"] + " " + r["label"], r["first_jacobian_s"] * 1e3, r["first_ratio"],
+                r["ratio"]))
     with_peers = [r for r in results if r["peers"]]
     if with_peers:
         out("")
@@ -296,6 +317,13 @@ def report(results, checks, out=print):
                 "%17s" % _range(r["peers"][p]) for p in PEER_NAMES)))
     failed = failures(results, checks)
     out("")
+    import sparsegrad
+    pool = sparsegrad.memory_pool_info()
+    if pool.enabled:
+        out("note: sparsegrad's memory pool is on (%d MiB held, %d allocations reused, %d "
+            "fresh); numpy's residual keeps its own allocator and, from arrays of about "
+            "128 KiB on, its own page faults: read the ratios with the residual column "
+            "(docs/performance.md)" % (pool.held_bytes // 2 ** 20, pool.reused, pool.fresh))
     if failed:
         out("FAILED targets (%d): %s" % (len(failed), "; ".join(failed)))
     else:
