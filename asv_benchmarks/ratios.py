@@ -8,6 +8,7 @@ Run from the repository root::
     python -m asv_benchmarks.ratios --size sw=20,40 --quick   # other sizes
     python -m asv_benchmarks.ratios --keep-freed-memory      # glibc keeps freed heap memory
     python -m asv_benchmarks.ratios --no-pool                # without sparsegrad's memory pool
+    python -m asv_benchmarks.ratios --residual-in-pool       # residual fault-free too
 
 For each problem and size it prints, all measured in this one process:
 
@@ -118,8 +119,12 @@ def _loops(func, min_time):
         number = max(number + 1, min(number * 10, wanted))
 
 
-def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True):
+def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
+                  residual_in_pool=False):
     """Residual, value+Jacobian and (optionally) sparsity times, interleaved.
+
+    ``residual_in_pool``: run the plain residual with sparsegrad's memory pool
+    as numpy's allocator too, so that neither side pays page faults.
 
     Returns a dict: ``residual``, ``jacobian``, ``sparsity`` (median seconds),
     ``ratio`` (median over repeats of jacobian/residual) and ``sparsity_ratio``
@@ -129,6 +134,10 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True):
 
     def plain():
         return residual(x0)
+
+    if residual_in_pool:
+        from sparsegrad._memory import pooled
+        plain = pooled(plain)
 
     def jacobian():
         return residual(forward.seed(x0)).dvalue
@@ -199,14 +208,15 @@ def memory_ratio(residual, x0):
     return extra, nbytes, extra / nbytes, J.nnz
 
 
-def measure(problem, n, repeats=7, min_time=0.02, memory=True):
+def measure(problem, n, repeats=7, min_time=0.02, memory=True, residual_in_pool=False):
     """Every figure of one problem at one size, as a dict (see the module docstring)."""
     if isinstance(problem, str):
         problem = _problems.get(problem)
     residual, x0 = problem.setup(n)
     result = {"problem": problem.key, "name": problem.name, "size": int(n),
               "label": problem.size_text(n), "unknowns": int(problem.unknowns(n))}
-    t = measure_times(residual, x0, repeats=repeats, min_time=min_time)
+    t = measure_times(residual, x0, repeats=repeats, min_time=min_time,
+                      residual_in_pool=residual_in_pool)
     result.update(residual_s=t["residual"], jacobian_s=t["jacobian"], sparsity_s=t["sparsity"],
                   ratio=t["ratio"], sparsity_ratio=t["sparsity_ratio"], repeats=repeats,
                   loops=t["loops"], first_jacobian_s=t["first_jacobian"],
@@ -369,11 +379,12 @@ def environment():
             "malloc_top_pad": os.environ.get("MALLOC_TOP_PAD_", "")}
 
 
-def run(cases, repeats=7, min_time=0.02, memory=True, out=print):
+def run(cases, repeats=7, min_time=0.02, memory=True, out=print, residual_in_pool=False):
     """Measure ``cases`` (a list of ``(problem_key, size)``), print the report, return the data."""
     results = []
     for key, n in cases:
-        results.append(measure(key, n, repeats=repeats, min_time=min_time, memory=memory))
+        results.append(measure(key, n, repeats=repeats, min_time=min_time, memory=memory,
+                               residual_in_pool=residual_in_pool))
     checks = scaling(results)
     if out is not None:
         report(results, checks, out=out)
@@ -415,6 +426,9 @@ def main(argv=None):
                         help="call sparsegrad.keep_freed_memory() first (glibc keeps freed "
                              "heap memory instead of faulting it in again; see "
                              "docs/performance.md); off by default")
+    parser.add_argument("--residual-in-pool", action="store_true",
+                        help="time the numpy residual with sparsegrad's memory pool as its "
+                             "allocator too, so that neither side pays page faults")
     parser.add_argument("--no-pool", action="store_true",
                         help="turn sparsegrad's memory pool off (memory_pool_limit(0)) to "
                              "see what it gains; on by default, as for users")
@@ -434,9 +448,11 @@ def main(argv=None):
     cases = [(k, n) for k in keys for n in sizes.get(k, _problems.get(k).sizes)]
     repeats = args.repeats or (3 if args.quick else 7)
     min_time = args.min_time if args.min_time is not None else (0.005 if args.quick else 0.02)
-    data = run(cases, repeats=repeats, min_time=min_time, memory=not args.no_memory)
+    data = run(cases, repeats=repeats, min_time=min_time, memory=not args.no_memory,
+               residual_in_pool=args.residual_in_pool)
     data["keep_freed_memory"] = bool(args.keep_freed_memory)
     data["memory_pool"] = sparsegrad.memory_pool_info()._asdict()
+    data["residual_in_pool"] = bool(args.residual_in_pool)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)

@@ -142,3 +142,39 @@ def test_pool_limit_from_the_environment(monkeypatch):
         monkeypatch.setenv("SPARSEGRAD_MEMORY_POOL_BYTES", bad)
         with pytest.raises(ValueError, match="SPARSEGRAD_MEMORY_POOL_BYTES"):
             _memory._initial_limit()
+
+
+@needs_pool
+def test_threads_evaluating_jacobians_at_once_stay_exact():
+    # the pool's free lists are shared by every thread (a lock guards them);
+    # each thread's context installs the handler for its own operations
+    import threading
+    x0 = np.linspace(0.0, 1.0, 20000)
+
+    def F(x):
+        return np.sin(x) * x[::-1] + np.roll(x, 3) ** 2
+
+    expected = F(forward.seed(x0)).dvalue
+    errors = []
+
+    def work():
+        try:
+            for _ in range(5):
+                J = F(forward.seed(x0)).dvalue
+                assert (J != expected).nnz == 0
+                assert np.array_equal(J.indices, expected.indices)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    # a thread that never called sparsegrad keeps numpy's allocator
+    names = []
+    t = threading.Thread(target=lambda: names.append(get_handler_name(np.empty(20000))))
+    t.start()
+    t.join()
+    assert names == ["default_allocator"]
