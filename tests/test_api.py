@@ -267,3 +267,61 @@ def test_sparsity_with_arguments_and_formats():
 def test_public_names():
     for name in ("jacobian", "value_and_jacobian", "jvp", "sparsity", "optimize"):
         assert name in sparsegrad.__all__
+
+
+# ---------------------------------------------------------------- repeated evaluation
+# A Jacobian function is called at every Newton step.  Whatever sparsegrad keeps
+# between calls (today: the memory of its freed arrays, in the memory pool), a
+# call that takes another branch, reads a changed index array or gets another
+# shape must give exactly what a first call gives.
+
+def _reference_jacobian(f, x):
+    return numerical_jacobian(f, x, method="complex")
+
+
+def test_repeated_calls_follow_a_changed_branch():
+    def f(x):
+        if x.sum() > 0:                     # Python control flow on the value
+            return np.exp(x) * x[::-1]
+        return np.roll(x, 1) ** 3 - x
+
+    J = sparsegrad.jacobian(f)
+    for k in range(6):
+        x = RNG.standard_normal(30000) + (1.0 if k % 2 else -1.0)
+        got = J(x)
+        expected = f(forward.seed(x)).dvalue     # a first evaluation, from scratch
+        assert (got != expected).nnz == 0 and np.array_equal(got.indices, expected.indices)
+    # and on a size small enough for a dense reference
+    for sign in (1.0, -1.0, 1.0):
+        x = sign * (1.0 + RNG.random(7))
+        np.testing.assert_allclose(J(x).toarray(), _reference_jacobian(f, x), rtol=1e-12,
+                                   atol=1e-14)
+
+
+def test_repeated_calls_see_an_index_array_changed_in_place():
+    neighbour = np.roll(np.arange(8), 1)
+
+    def f(x):
+        return x * x[neighbour]
+
+    J = sparsegrad.jacobian(f)
+    x = 1.0 + RNG.random(8)
+    first = J(x).toarray()
+    np.testing.assert_allclose(first, _reference_jacobian(f, x), rtol=1e-12)
+    neighbour[:] = np.roll(np.arange(8), -3)        # the user changes the stencil
+    second = J(x).toarray()
+    np.testing.assert_allclose(second, _reference_jacobian(f, x), rtol=1e-12)
+    assert not np.array_equal(first != 0, second != 0)
+
+
+def test_repeated_calls_with_other_shapes():
+    def f(x):
+        return np.diff(x, axis=-1) * x[..., :-1] ** 2
+
+    J = sparsegrad.jacobian(f)
+    for shape in [(6,), (3, 4), (6,), (2, 2, 3)]:
+        x = 1.0 + RNG.random(shape)
+        np.testing.assert_allclose(
+            J(x).toarray(), _reference_jacobian(lambda v: f(v.reshape(shape)).ravel(),
+                                                x.ravel()),
+            rtol=1e-12, atol=1e-14)
