@@ -215,8 +215,9 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         :data:`STATUS`), ``message``, ``nit`` (Newton iterations), ``nfev``
         (plain evaluations of ``F``, in the line search), ``njev`` (forward
         evaluations, each giving ``F`` and its Jacobian), ``fun`` (the
-        residual at ``x``), ``jac`` (the last Jacobian evaluated, at ``x``
-        unless the iteration stopped early) and ``residual_norms``
+        residual at ``x``), ``jac`` (the last Jacobian evaluated: at the
+        iterate before the last step when the iteration ended after a step, as
+        it usually does; at ``x`` when it ended before taking one) and ``residual_norms``
         (``max|F|`` before the first and after every iteration).
 
     Raises
