@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import _backend
 from ._fast import kernels
 from ._errors import SeedMismatchError
 
@@ -45,12 +46,17 @@ class Seed:
         The seed was complex; non-holomorphic functions are then refused.
     pattern_only : bool
         Sparsity mode: only patterns are propagated.
+    backend : sparsegrad._backend.Backend
+        Array module, sparse module and kernels of the arrays (the CPU's by
+        default).
     """
 
-    __slots__ = ("size", "scalar", "complex", "pattern_only", "selections")
+    __slots__ = ("size", "scalar", "complex", "pattern_only", "selections", "backend")
 
-    def __init__(self, size, scalar, complex, pattern_only):
+    def __init__(self, size, scalar, complex, pattern_only, backend=_backend.CPU):
         self.size = int(size)
+        # where the arrays of every Jacobian of this seed live (numpy, cupy...)
+        self.backend = backend
         self.scalar = bool(scalar)
         self.complex = bool(complex)
         self.pattern_only = bool(pattern_only)
@@ -61,7 +67,9 @@ class Seed:
 
 
 def _readonly(array):
-    array.flags.writeable = False
+    # (device arrays have no read-only flag: there immutability is a convention)
+    if isinstance(array, np.ndarray):
+        array.flags.writeable = False
     return array
 
 
@@ -95,11 +103,12 @@ class CSR:
         """
         n = len(columns)
         if n == 0 or columns.min() >= 0:  # every row selects one column
-            return cls((n, n_cols), _arange(n + 1), columns, None, columns=columns)
+            return cls((n, n_cols), _arange(n + 1, _backend.of(columns).xp), columns, None,
+                       columns=columns)
         return cls((n, n_cols), None, None, None, columns=columns)
 
     def _compress(self):
-        indptr, indices = kernels.selection_csr(self.columns)
+        indptr, indices = _backend.of(self.columns).kernels.selection_csr(self.columns)
         self._indptr = _readonly(indptr)
         self._indices = _readonly(indices)
 
@@ -161,8 +170,9 @@ class CSR:
 
 
 @lru_cache(maxsize=16)
-def _arange(n):
-    return _readonly(np.arange(n, dtype=INDEX_DTYPE))
+def _arange(n, xp=np):
+    """``xp.arange(n)`` as int64, shared (read-only on the CPU)."""
+    return _readonly(xp.arange(n, dtype=INDEX_DTYPE))
 
 
 class Jacobian:
@@ -264,7 +274,8 @@ class Jacobian:
 
 
 def _is_vector(factor):
-    return isinstance(factor, np.ndarray) and factor.ndim > 0
+    # (any array type: numpy, cupy...; numpy scalars and 0-d arrays are scalars)
+    return getattr(factor, "ndim", 0) > 0
 
 
 def _is_one(factor):
@@ -302,9 +313,9 @@ def zero(seed, n_rows):
     return Jacobian(seed, n_rows, terms=())
 
 
-def _empty_csr(n_rows, n_cols):
-    return CSR((n_rows, n_cols), np.zeros(n_rows + 1, dtype=INDEX_DTYPE),
-               np.zeros(0, dtype=INDEX_DTYPE), None)
+def _empty_csr(n_rows, n_cols, xp=np):
+    return CSR((n_rows, n_cols), xp.zeros(n_rows + 1, dtype=INDEX_DTYPE),
+               xp.zeros(0, dtype=INDEX_DTYPE), None)
 
 
 def scale(J, factor):
@@ -329,10 +340,10 @@ def scale(J, factor):
     return result
 
 
-def _csr_arrays(n_rows, matrix):
-    """``(indptr, indices, data)`` of a term's matrix (identity materialised)."""
+def _csr_arrays(n_rows, matrix, xp=np):
+    """``(indptr, indices, data)`` of a term's matrix (identity materialised in ``xp``)."""
     if matrix is None:
-        return _arange(n_rows + 1), _arange(n_rows), None
+        return _arange(n_rows + 1, xp), _arange(n_rows, xp), None
     return matrix.indptr, matrix.indices, matrix.data
 
 
@@ -380,18 +391,20 @@ def _merge(J, index_dtype=None):
     (int64 when None) is the dtype of the returned index arrays.
     """
     seed = J.seed
+    xp = seed.backend.xp
     parts = []
     for first_row, block in J.pieces():
         n_rows = block.n_rows
         for s, d, M in block.terms:
-            indptr, indices, data = _csr_arrays(n_rows, M)
+            indptr, indices, data = _csr_arrays(n_rows, M, xp)
             row_scale = None
             factor = _factor(s, d)
             if not seed.pattern_only and not _is_one(factor):
-                row_scale = np.broadcast_to(factor, (n_rows,))
+                row_scale = xp.broadcast_to(xp.asarray(factor), (n_rows,))
             parts.append((indptr, indices, data, row_scale, first_row))
-    return kernels.merge_scaled(J.n_rows, seed.size, parts,
-                                pattern_only=seed.pattern_only, index_dtype=index_dtype)
+    return seed.backend.kernels.merge_scaled(J.n_rows, seed.size, parts,
+                                             pattern_only=seed.pattern_only,
+                                             index_dtype=index_dtype)
 
 
 _MAX_SELECTIONS = 256
@@ -458,12 +471,19 @@ class _Rows:
 
     def pick(self, v):
         """``v[rows]`` as a 1-d array (a view when the rows are a contiguous run)."""
+        if not isinstance(v, np.ndarray):  # a device array: row numbers go there
+            return v[_backend.of(v).xp.asarray(self.flat)]
         if self._view is None or v.ndim != 1 or not v.flags.c_contiguous:
             return v[self.flat]
         offset, steps = self._view
         item = v.itemsize
         return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,
                           strides=tuple(step * item for step in steps)).ravel()
+
+
+def _on(seed, array):
+    """A host array (row numbers, masks) on the seed's device."""
+    return array if seed.backend is _backend.CPU else seed.backend.xp.asarray(array)
 
 
 def _gather(seed, M, rows, key):
@@ -485,14 +505,15 @@ def _gather(seed, M, rows, key):
             if stored_rows is None or np.array_equal(stored_rows, rows.flat):
                 return matrix
     if M is None:
-        result = _selection(seed.size, rows.flat)
+        result = _selection(seed.size, _on(seed, rows.flat))
     elif M.columns is not None:  # a selection of a selection: compose the columns
         columns = rows.pick(M.columns)
         if rows.has_empty():
-            columns[rows.flat < 0] = -1
+            columns[_on(seed, rows.flat < 0)] = -1
         result = _selection(seed.size, columns, owned=True)
     else:
-        indptr, indices, data = kernels.gather_rows(M.indptr, M.indices, M.data, rows.flat)
+        indptr, indices, data = seed.backend.kernels.gather_rows(
+            M.indptr, M.indices, M.data, _on(seed, rows.flat))
         result = CSR((rows.size, seed.size), indptr, indices, data)
     if cache is not None:
         if len(cache) >= (_MAX_SELECTIONS if M is None else _MAX_GATHERS):
@@ -537,10 +558,11 @@ def left_multiply(A, J):
         return zero(seed, n_out)
     factor, M = J.row_factor(), J.matrix
     a_data = A.data
+    xp = seed.backend.xp
     if not seed.pattern_only:
-        if np.ndim(factor) == 0:
+        if not _is_vector(factor):
             if factor != 1:
-                a_data = factor * (np.ones(A.nnz) if a_data is None else a_data)
+                a_data = factor * (xp.ones(A.nnz) if a_data is None else a_data)
         else:
             column_factor = factor[A.indices]
             a_data = column_factor if a_data is None else a_data * column_factor
@@ -548,9 +570,9 @@ def left_multiply(A, J):
         matrix = CSR((n_out, seed.size), A.indptr, A.indices,
                      None if seed.pattern_only else a_data)
         return Jacobian(seed, n_out, matrix=matrix)
-    indptr, indices, data = kernels.matmul(A.indptr, A.indices, a_data, M.indptr,
-                                           M.indices, M.data, seed.size,
-                                           pattern_only=seed.pattern_only)
+    indptr, indices, data = seed.backend.kernels.matmul(
+        A.indptr, A.indices, a_data, M.indptr, M.indices, M.data, seed.size,
+        pattern_only=seed.pattern_only)
     return Jacobian(seed, n_out, matrix=CSR((n_out, seed.size), indptr, indices, data))
 
 
@@ -558,18 +580,19 @@ def materialize(J):
     """``J`` as one :class:`CSR` (data ``None`` only in sparsity mode)."""
     if J._blocks is not None:
         J._single()
+    backend = J.seed.backend
     if not J.terms:
-        return _empty_csr(J.n_rows, J.seed.size)
+        return _empty_csr(J.n_rows, J.seed.size, backend.xp)
     factor, M = J.row_factor(), J.matrix
     if M is not None and _is_one(factor) and (M.data is not None or J.seed.pattern_only):
         return M
-    indptr, indices, data = _csr_arrays(J.n_rows, M)
+    indptr, indices, data = _csr_arrays(J.n_rows, M, backend.xp)
     if J.seed.pattern_only:
         return CSR(J.shape, indptr, indices, None)
-    if np.ndim(factor) == 0:
-        values = np.full(len(indices), factor) if data is None else data * factor
+    if not _is_vector(factor):
+        values = backend.xp.full(len(indices), factor) if data is None else data * factor
     else:
-        values = kernels.scale_rows(indptr, data, np.asarray(factor))
+        values = backend.kernels.scale_rows(indptr, data, factor)
     return CSR(J.shape, indptr, indices, values)
 
 
@@ -591,22 +614,23 @@ def to_scipy(J, dtype):
     they fit, as scipy would convert them anyway), so nothing the Jacobian
     keeps is shared with the matrix the user may modify.
     """
-    import scipy.sparse
+    backend = J.seed.backend
     bound = sum(J.n_rows if M is None else M.max_entries()
                 for _, block in J.pieces() for _, _, M in block.terms)
     index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
     indptr, indices, data = _merge(J, index_dtype=index)
     if data is None:
-        data = np.ones(len(indices), dtype)
+        data = backend.xp.ones(len(indices), dtype)
     elif np.iscomplexobj(data) and not np.issubdtype(dtype, np.complexfloating):
         # real results of complex intermediates (abs, .real): imaginary parts are 0
         data = data.real.astype(dtype)
     else:
         data = data.astype(dtype, copy=False)
-    matrix = scipy.sparse.csr_matrix((data, indices, indptr), shape=J.shape, copy=False)
-    # canonical by construction: spare scipy's solvers an O(nnz) check of each flag
-    matrix.has_sorted_indices = True
-    matrix.has_canonical_format = True
+    matrix = backend.sparse.csr_matrix((data, indices, indptr), shape=J.shape, copy=False)
+    if backend is _backend.CPU:
+        # canonical by construction: spare scipy's solvers an O(nnz) check of each flag
+        matrix.has_sorted_indices = True
+        matrix.has_canonical_format = True
     return matrix
 
 
@@ -630,20 +654,26 @@ def mask_rows(J, keep):
     """
     if J.seed.pattern_only or J.is_zero:
         return J
-    keep = np.asarray(keep, dtype=bool).reshape(-1)
+    xp = J.seed.backend.xp
+    keep = xp.asarray(keep, dtype=bool).reshape(-1)
     terms = []
     for s, d, M in J.terms:
-        factor = np.broadcast_to(_factor(s, d), (J.n_rows,))
+        factor = xp.broadcast_to(xp.asarray(_factor(s, d)), (J.n_rows,))
         if M is None or M.finite:
-            terms.append((1, np.where(keep, factor, 0), M))
+            terms.append((1, xp.where(keep, factor, 0), M))
             continue
         single = materialize(Jacobian(J.seed, J.n_rows, matrix=M, diag=factor))
-        entry_keep = np.repeat(keep, np.diff(single.indptr))
+        entry_keep = _repeat(xp, keep, xp.diff(single.indptr))
         terms.append((1, None, CSR(single.shape, single.indptr, single.indices,
-                                   np.where(entry_keep, single.data, 0))))
+                                   xp.where(entry_keep, single.data, 0))))
     return Jacobian(J.seed, J.n_rows, terms=terms)
+
+
+def _repeat(xp, values, counts):
+    """``xp.repeat(values, counts)`` (CuPy's repeat takes the counts as a host list)."""
+    return xp.repeat(values, counts if xp is np else counts.tolist())
 
 
 def structural_zeros(J):
     """The pattern of ``J`` with every value zero."""
-    return mask_rows(J, np.zeros(J.n_rows, dtype=bool))
+    return mask_rows(J, J.seed.backend.xp.zeros(J.n_rows, dtype=bool))

@@ -10,6 +10,7 @@ array([[0., 0., 0.],
 """
 import numpy as np
 
+from . import _backend
 from . import _jacobian
 from ._value import value, nvalue, make
 from ._memory import pooled
@@ -19,7 +20,9 @@ __all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]
 
 def _seed_array(x):
     # a private copy: later changes to the user's array cannot reach the forward value
-    array = np.array(nvalue(x) if isinstance(x, value) else x, copy=True)
+    x = nvalue(x) if isinstance(x, value) else x
+    xp = _backend.of(x).xp  # (a device array is copied on its device)
+    array = xp.array(x, copy=True)
     if array.dtype.kind in "biu":
         array = array.astype(np.float64)
     elif array.dtype.kind not in "fc":
@@ -33,10 +36,16 @@ def _seed(arrays, pattern_only, name):
     if not arrays:
         raise TypeError("sparsegrad.forward.%s needs at least one array" % name)
     arrays = [_seed_array(x) for x in arrays]
+    backend = _backend.of(arrays[0])
+    if any(_backend.of(array) is not backend for array in arrays[1:]):
+        raise TypeError("sparsegrad.forward.%s: the arrays live on different devices "
+                        "(%s); seed arrays of one device together"
+                        % (name, ", ".join(_backend.of(a).name for a in arrays)))
     if len(arrays) == 1:
         array, = arrays
         seed = _jacobian.Seed(array.size, scalar=array.ndim == 0,
-                              complex=np.iscomplexobj(array), pattern_only=pattern_only)
+                              complex=np.iscomplexobj(array), pattern_only=pattern_only,
+                              backend=backend)
         return make(array, _jacobian.identity(seed))
     # several arrays: one seed whose columns are the arrays' elements one after the
     # other, so that values of different arrays combine; each array's Jacobian
@@ -44,11 +53,11 @@ def _seed(arrays, pattern_only, name):
     sizes = [array.size for array in arrays]
     seed = _jacobian.Seed(sum(sizes), scalar=False,
                           complex=any(np.iscomplexobj(array) for array in arrays),
-                          pattern_only=pattern_only)
+                          pattern_only=pattern_only, backend=backend)
     offsets = np.cumsum([0] + sizes)
     values = []
     for array, first in zip(arrays, offsets[:-1].tolist()):
-        columns = np.arange(first, first + array.size, dtype=_jacobian.INDEX_DTYPE)
+        columns = backend.xp.arange(first, first + array.size, dtype=_jacobian.INDEX_DTYPE)
         matrix = _jacobian._selection(seed.size, columns, owned=True)
         values.append(make(array, _jacobian.Jacobian(seed, array.size, matrix=matrix)))
     return tuple(values)

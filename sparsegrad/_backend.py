@@ -1,0 +1,94 @@
+"""Where the arrays of a seed live: array namespace, sparse module and kernels.
+
+sparsegrad's forward logic is written once.  What differs between the CPU and
+a GPU is gathered in a :class:`Backend`: the array module (``numpy`` or
+``cupy``), the sparse module the Jacobian is handed out in (``scipy.sparse``
+or ``cupyx.scipy.sparse``) and the kernel module (``sparsegrad._fast`` or
+``sparsegrad.gpu._kernels``).  Every :class:`sparsegrad._jacobian.Seed`
+carries its backend, found from the seeded array's type by :func:`of`.
+
+Backends other than the CPU register themselves with :func:`register` when
+their package is imported (``sparsegrad.gpu`` for CuPy arrays; the tests'
+fake device for its own array type), so nothing here imports CuPy.
+
+>>> import numpy as np
+>>> of(np.zeros(3)) is CPU
+True
+>>> CPU.name
+'cpu'
+"""
+import numpy as np
+
+from ._fast import kernels as _cpu_kernels
+
+__all__ = ["Backend", "CPU", "of", "register"]
+
+
+class Backend:
+    """The array namespace, sparse module and kernels of one kind of device.
+
+    Parameters
+    ----------
+    name : str
+        Short name (``"cpu"``, ``"cuda"``...), used in error messages.
+    xp : module
+        The array module: array creation and operations (``numpy``, ``cupy``).
+    sparse : module or None
+        Where ``.dvalue`` matrices are made: its ``csr_matrix((data, indices,
+        indptr), shape=...)`` is called (``scipy.sparse``,
+        ``cupyx.scipy.sparse``); None imports ``scipy.sparse`` when first used.
+    kernels : module
+        The kernel interface of ``sparsegrad._fast`` for these arrays.
+
+    Examples
+    --------
+    >>> Backend("cpu-copy", np, None, CPU.kernels).xp is np
+    True
+    """
+
+    __slots__ = ("name", "xp", "_sparse", "kernels")
+
+    def __init__(self, name, xp, sparse, kernels):
+        self.name = name
+        self.xp = xp
+        self._sparse = sparse
+        self.kernels = kernels
+
+    @property
+    def sparse(self):
+        if self._sparse is None:
+            import scipy.sparse
+            self._sparse = scipy.sparse
+        return self._sparse
+
+    def __repr__(self):
+        return "<sparsegrad backend %s>" % self.name
+
+
+#: numpy arrays, scipy.sparse matrices, the compiled (or reference) kernels
+CPU = Backend("cpu", np, None, _cpu_kernels)
+
+_REGISTRY = {}
+
+
+def register(array_type, backend):
+    """Seeds of arrays of ``array_type`` (an exact type) use ``backend``."""
+    if not isinstance(backend, Backend):
+        raise TypeError("register: backend must be a Backend, not %r" % (backend,))
+    _REGISTRY[array_type] = backend
+
+
+def of(array):
+    """The backend of ``array``: a registered one for its type, else the CPU.
+
+    Anything that is not an array of a registered type (ndarrays, lists,
+    scalars) belongs to the CPU; a CuPy array registers the CUDA backend on
+    first sight.
+    """
+    backend = _REGISTRY.get(type(array))
+    if backend is not None:
+        return backend
+    if type(array).__module__.split(".")[0] == "cupy":
+        from . import gpu
+        return gpu.backend()
+    return CPU
