@@ -22,6 +22,18 @@ Conventions shared by all kernels
   int32 ``indptr`` and ``indices`` in the result (inputs stay int64), ready
   for ``scipy.sparse.csr_matrix`` without a copy.
 
+Array namespaces
+----------------
+The kernels are written once for every numpy-like array module: each takes
+its array module ``xp`` from its arguments (:func:`_namespace`: numpy unless
+an argument belongs to another module, such as ``cupy``) and calls ``xp.``
+for every array operation, so that the same code is the CPU specification and
+the GPU implementation (``sparsegrad.gpu._kernels``).  Where CuPy lacks a
+numpy idiom or behaves differently, the operation is written in a form both
+support, with a comment saying why.  Python scalars read from arrays
+(``int(a[-1])``, a ``.min()`` in an ``if``) wait for the device; the kernels
+keep those few the sizes of their outputs and their checks need.
+
 Example
 -------
 >>> import numpy as np
@@ -31,6 +43,7 @@ Example
 array([3., 4.])
 """
 import operator
+import sys
 
 import numpy as np
 
@@ -40,10 +53,89 @@ __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
            "selection_csr"]
 
 
-def _row_of_each_entry(indptr):
-    """Row number of every stored entry of a CSR matrix."""
-    counts = np.diff(indptr)
-    return np.repeat(np.arange(len(counts), dtype=INDEX_DTYPE), counts)
+def _namespace(*arrays):
+    """The array module of the arguments: numpy, unless one of them is an array
+    of another module (the first such argument decides).
+
+    An array type defined in a package that exports it as ``ndarray``
+    (``cupy.ndarray``) gives that package; otherwise an array type whose
+    ``__array_namespace__`` names another module (the fake device of
+    ``sparsegrad.gpu._device``) gives that module.  The package comes first
+    because an array-API namespace can be narrower than the numpy-like module
+    the kernels need.  ``None``, Python scalars, lists and numpy arrays and
+    scalars say nothing.
+
+    >>> _namespace(None, np.zeros(2), [1, 2]) is np
+    True
+    """
+    for a in arrays:
+        kind = type(a)
+        if a is None or kind is np.ndarray or not hasattr(a, "dtype"):
+            continue
+        package = sys.modules.get(kind.__module__.partition(".")[0])
+        array_type = getattr(package, "ndarray", None)
+        if package is not np and isinstance(array_type, type) and isinstance(a, array_type):
+            return package
+        get_namespace = getattr(a, "__array_namespace__", None)
+        if get_namespace is not None and not isinstance(a, np.generic):
+            xp = get_namespace()
+            if xp is not np:
+                return xp
+    return np
+
+
+def _repeat(xp, values, counts, total=None):
+    """``values[i]`` repeated ``counts[i]`` times (``values=None``: the positions
+    ``i``); ``total`` is ``counts.sum()`` when the caller knows it.
+
+    ``cupy.repeat`` takes its counts as an int, list or tuple only, not as an
+    array, so other namespaces find the source of each output position with
+    ``searchsorted`` on the running counts: no host copy of the counts, no
+    device sync when ``total`` is given.  numpy keeps ``np.repeat``, several
+    times faster on the CPU; both give the same arrays.
+    """
+    if xp is np:
+        if values is None:
+            values = np.arange(len(counts), dtype=INDEX_DTYPE)
+        return np.repeat(values, counts)
+    ends = xp.cumsum(counts, dtype=INDEX_DTYPE)
+    if total is None:
+        total = int(ends[-1]) if len(ends) else 0
+    source = xp.searchsorted(ends, xp.arange(total, dtype=INDEX_DTYPE), side="right")
+    return source if values is None else values[source]
+
+
+def _row_of_each_entry(xp, indptr, n_entries):
+    """Row number of every stored entry of a CSR matrix of ``n_entries`` entries."""
+    return _repeat(xp, None, xp.diff(indptr), n_entries)
+
+
+def _add_later_entries(xp, data, values, first, run):
+    """Add ``values[p]`` into ``data[run[p]]`` for every position ``p`` not
+    marked in ``first``, in the order of the positions.
+
+    ``first`` marks the first position of each run of equal keys (runs are
+    contiguous) and ``run`` numbers the run of every position.  numpy's
+    ``ufunc.at`` is unbuffered and takes the indices in order, which is the
+    contract.  CuPy's ``ufunc.at`` and ``cupyx.scatter_add`` add with atomics,
+    in no fixed order and for a few dtypes only; there the k-th later entry of
+    every run is added in pass k instead.  A pass holds one entry per run at
+    most, so a plain indexed add is safe, and every run is summed
+    ``((v0 + v1) + v2) + ...`` as on the CPU.  Passes: the longest run.
+    """
+    later = ~first
+    if xp is np:
+        np.add.at(data, run[later], values[later])
+        return
+    positions = xp.flatnonzero(later)
+    if not len(positions):
+        return
+    rank = positions - xp.flatnonzero(first)[run[positions]]
+    positions = positions[xp.argsort(rank)]
+    bounds = xp.cumsum(xp.bincount(rank)).tolist()
+    for k in range(1, len(bounds)):
+        step = positions[bounds[k - 1]:bounds[k]]
+        data[run[step]] += values[step]
 
 
 def coo_to_csr(n_rows, n_cols, rows, cols, values):
@@ -71,29 +163,35 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     >>> coo_to_csr(2, 2, np.array([1, 0, 1]), np.array([0, 1, 0]), np.array([1., 2., 3.]))
     (array([0, 1, 2]), array([1, 0]), array([2., 4.]))
     """
-    rows = np.asarray(rows, dtype=INDEX_DTYPE)
-    cols = np.asarray(cols, dtype=INDEX_DTYPE)
-    for name, coords, bound in (("rows", rows, n_rows), ("cols", cols, n_cols)):
-        if len(coords) and (coords.min() < 0 or coords.max() >= bound):
-            raise ValueError("coo_to_csr: %s must lie in [0, %d)" % (name, bound))
+    xp = _namespace(rows, cols, values)
+    rows = xp.asarray(rows, dtype=INDEX_DTYPE)
+    cols = xp.asarray(cols, dtype=INDEX_DTYPE)
+    checks = [(name, coords, bound) for name, coords, bound in
+              (("rows", rows, n_rows), ("cols", cols, n_cols)) if len(coords)]
+    flags = [(coords.min() < 0) | (coords.max() >= bound) for _, coords, bound in checks]
+    # one device sync for both bounds; the error path names the culprit
+    if flags and bool(flags[0] | flags[-1]):
+        name, _, bound = checks[0] if flags[0] else checks[-1]
+        raise ValueError("coo_to_csr: %s must lie in [0, %d)" % (name, bound))
     key = rows * INDEX_DTYPE(max(n_cols, 1)) + cols
-    order = np.argsort(key, kind="stable")
+    # stable: equal keys keep their input order (cupy sorts stably and takes
+    # kind="stable", documented since CuPy 12)
+    order = xp.argsort(key, kind="stable")
     key = key[order]
-    first = np.ones(len(key), dtype=bool)
-    np.not_equal(key[1:], key[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    first = xp.ones(len(key), dtype=bool)
+    xp.not_equal(key[1:], key[:-1], out=first[1:])
+    starts = xp.flatnonzero(first)
     unique_key = key[starts]
     out_rows = unique_key // max(n_cols, 1)
     indices = (unique_key - out_rows * max(n_cols, 1)).astype(INDEX_DTYPE)
-    indptr = np.zeros(n_rows + 1, dtype=INDEX_DTYPE)
-    np.cumsum(np.bincount(out_rows, minlength=n_rows), out=indptr[1:])
+    indptr = xp.zeros(n_rows + 1, dtype=INDEX_DTYPE)
+    xp.cumsum(xp.bincount(out_rows, minlength=n_rows), out=indptr[1:])
     if values is None:
         return indptr, indices, None
-    values = np.asarray(values)[order]
+    values = xp.asarray(values)[order]
     data = values[starts]
-    later = ~first
     # unbuffered and in input order: ((v0 + v1) + v2) + ...
-    np.add.at(data, np.cumsum(first)[later] - 1, values[later])
+    _add_later_entries(xp, data, values, first, xp.cumsum(first) - 1)
     return indptr, indices, data
 
 
@@ -164,7 +262,11 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     indptr, indices, data
         Canonical CSR with the union of the input patterns (structural zeros
         kept).  The data dtype is the result type of all data and scales.
-        Duplicates are summed term by term, in the order of ``terms``.
+        Duplicates are summed term by term, in the order of ``terms``.  The
+        arrays belong to the namespace of the terms' arrays; with no terms
+        there is none to take, and the result is numpy arrays (a device caller
+        merging nothing passes an empty block, ``(xp.zeros(1, int64),
+        xp.zeros(0, int64), None, None, 0)``).
 
     Examples
     --------
@@ -172,18 +274,20 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     >>> merge_scaled(3, 2, [block], index_dtype=np.int32)
     (array([0, 0, 0, 1], dtype=int32), array([1], dtype=int32), array([5.]))
     """
+    terms = list(terms)
+    xp = _namespace(*(a for term in terms for a in term[:4]))
     rows, cols, vals = [], [], []
     total = 0
     for term in terms:
         indptr, indices, data, scale, first_row, m = _merge_term(term, n_rows)
-        entry_rows = _row_of_each_entry(indptr)
+        entry_rows = _row_of_each_entry(xp, indptr, len(indices))
         rows.append(entry_rows + first_row)
         cols.append(indices)
         total += len(indices)
         if not pattern_only:
-            v = np.ones(len(indices)) if data is None else data
+            v = xp.ones(len(indices)) if data is None else data
             if scale is not None:
-                scale = np.asarray(scale)
+                scale = xp.asarray(scale)
                 if scale.shape != (m,):
                     raise ValueError("merge_scaled: a row_scale must have shape (%d,), got %s"
                                      % (m, scale.shape))
@@ -191,11 +295,11 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             vals.append(v)
     dtype = _check_index_dtype(index_dtype, min(total, n_rows * n_cols), n_cols)
     if not rows:
-        result = coo_to_csr(n_rows, n_cols, np.zeros(0, INDEX_DTYPE),
-                            np.zeros(0, INDEX_DTYPE), None if pattern_only else np.zeros(0))
+        result = coo_to_csr(n_rows, n_cols, xp.zeros(0, INDEX_DTYPE),
+                            xp.zeros(0, INDEX_DTYPE), None if pattern_only else xp.zeros(0))
     else:
-        result = coo_to_csr(n_rows, n_cols, np.concatenate(rows), np.concatenate(cols),
-                            None if pattern_only else np.concatenate(vals))
+        result = coo_to_csr(n_rows, n_cols, xp.concatenate(rows), xp.concatenate(cols),
+                            None if pattern_only else xp.concatenate(vals))
     if dtype != INDEX_DTYPE:
         result = (result[0].astype(dtype), result[1].astype(dtype), result[2])
     return result
@@ -222,19 +326,25 @@ def gather_rows(indptr, indices, data, rows):
     >>> gather_rows(np.array([0, 1, 3]), np.array([0, 0, 1]), None, np.array([1, -1, 0]))
     (array([0, 2, 2, 3]), array([0, 1, 0]), None)
     """
-    rows = np.asarray(rows, dtype=INDEX_DTYPE)
-    if len(rows) and rows.min() < -1:
-        raise ValueError("gather_rows: row indices must be >= -1")
-    valid = rows >= 0
-    # rows of -1 must not touch indptr: the source may have no rows at all
-    starts = np.zeros(len(rows), dtype=INDEX_DTYPE)
-    counts = np.zeros(len(rows), dtype=INDEX_DTYPE)
-    starts[valid] = indptr[rows[valid]]
-    counts[valid] = indptr[rows[valid] + 1] - starts[valid]
-    new_indptr = np.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
-    np.cumsum(counts, out=new_indptr[1:])
-    source = np.arange(new_indptr[-1], dtype=INDEX_DTYPE)
-    source -= np.repeat(new_indptr[:-1] - starts, counts)
+    xp = _namespace(indptr, indices, data, rows)
+    rows = xp.asarray(rows, dtype=INDEX_DTYPE)
+    n_rows = len(indptr) - 1
+    # one device sync for both bounds: numpy raises IndexError for a row past
+    # the end, CuPy would wrap it around silently
+    if len(rows) and bool((rows.min() < -1) | (rows.max() >= n_rows)):
+        if rows.min() < -1:
+            raise ValueError("gather_rows: row indices must be >= -1")
+        raise IndexError("gather_rows: row %d is out of range for %d rows"
+                         % (int(rows.max()), n_rows))
+    # a row of -1 reads indptr[-1] and indptr[0], which exist even when the
+    # source has no rows, and gets no entries
+    starts = indptr[rows]
+    counts = xp.where(rows >= 0, indptr[rows + 1] - starts, 0)
+    new_indptr = xp.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
+    xp.cumsum(counts, out=new_indptr[1:])
+    total = int(new_indptr[-1])
+    source = xp.arange(total, dtype=INDEX_DTYPE)
+    source -= _repeat(xp, new_indptr[:-1] - starts, counts, total)
     new_data = None if data is None else data[source]
     return new_indptr, indices[source], new_data
 
@@ -252,17 +362,19 @@ def matmul(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, n_cols,
     indptr, indices, data
         Canonical CSR of shape ``(len(a_indptr) - 1, n_cols)``.
     """
+    xp = _namespace(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data)
     n_rows = len(a_indptr) - 1
     g_indptr, g_indices, g_data = gather_rows(b_indptr, b_indices,
                                               None if pattern_only else b_data, a_indices)
     # each stored a_ik selected row k of B; those rows belong to output row i
-    a_rows = _row_of_each_entry(a_indptr)
-    out_rows = np.repeat(a_rows, np.diff(g_indptr))
+    a_rows = _row_of_each_entry(xp, a_indptr, len(a_indices))
+    g_counts = xp.diff(g_indptr)
+    out_rows = _repeat(xp, a_rows, g_counts, len(g_indices))
     if pattern_only:
         return coo_to_csr(n_rows, n_cols, out_rows, g_indices, None)
-    a_vals = np.ones(len(a_indices)) if a_data is None else a_data
-    b_vals = np.ones(len(g_indices)) if g_data is None else g_data
-    values = b_vals * np.repeat(a_vals, np.diff(g_indptr))
+    a_vals = xp.ones(len(a_indices)) if a_data is None else a_data
+    b_vals = xp.ones(len(g_indices)) if g_data is None else g_data
+    values = b_vals * _repeat(xp, a_vals, g_counts, len(g_indices))
     return coo_to_csr(n_rows, n_cols, out_rows, g_indices, values)
 
 
@@ -274,7 +386,9 @@ def scale_rows(indptr, data, scale):
     >>> scale_rows(np.array([0, 2, 3]), None, np.array([2., 5.]))
     array([2., 2., 5.])
     """
-    repeated = np.repeat(np.asarray(scale), np.diff(indptr))
+    xp = _namespace(indptr, data, scale)
+    repeated = _repeat(xp, xp.asarray(scale), xp.diff(indptr),
+                       None if data is None else len(data))
     return repeated if data is None else data * repeated
 
 
@@ -296,12 +410,13 @@ def selection_csr(columns):
     >>> selection_csr(np.array([2, -1, 0]))
     (array([0, 1, 1, 2]), array([2, 0]))
     """
-    columns = np.asarray(columns, dtype=INDEX_DTYPE)
+    xp = _namespace(columns)
+    columns = xp.asarray(columns, dtype=INDEX_DTYPE)
     if len(columns) and columns.min() < -1:
-        row = int(np.argmax(columns < -1))
+        row = int(xp.argmax(columns < -1))
         raise ValueError("selection_csr: columns must be >= -1, got %d at row %d"
-                         % (columns[row], row))
+                         % (int(columns[row]), row))
     valid = columns >= 0
-    indptr = np.zeros(len(columns) + 1, dtype=INDEX_DTYPE)
-    np.cumsum(valid, out=indptr[1:])
+    indptr = xp.zeros(len(columns) + 1, dtype=INDEX_DTYPE)
+    xp.cumsum(valid, dtype=INDEX_DTYPE, out=indptr[1:])
     return indptr, columns[valid]

@@ -1,0 +1,231 @@
+"""A strict fake GPU for tests on the CPU: arrays that refuse to mix with host arrays.
+
+CuPy refuses implicit mixing of device arrays with numpy arrays: a ufunc, a
+function or an index that gets both raises ``TypeError``.  Code written
+against an array namespace (``xp``) can leak numpy there, by an ``np.`` call
+or a host array built and combined with device arrays, and such a leak goes
+unnoticed on the CPU, where everything is numpy.  This module lets the GPU
+code path run on the CPU with the same refusal:
+
+* :class:`DeviceArray` is a numpy array subclass, "on the device".  A ufunc
+  (operators included), a numpy function or an index (``a[i]``, ``a[i] = v``)
+  that combines a DeviceArray with a host ndarray of ``ndim > 0`` raises
+  ``TypeError("host array mixed with device array ...")``.  0-d arrays and
+  Python or numpy scalars mix freely, as they do with CuPy.  Results are
+  DeviceArrays.
+* :data:`fake` is a module-like namespace, the ``cupy`` of the fake device:
+  the numpy functions and ufuncs sparsegrad's kernels use, which refuse host
+  arrays and return DeviceArrays; creation functions; ``asarray`` and
+  ``asnumpy``, the explicit transfers; and numpy's dtypes, which CuPy uses too.
+  A name it lacks raises ``AttributeError``: the list says what the kernels
+  need of an array module.
+* ``DeviceArray.__array_namespace__`` returns :data:`fake`, so that
+  ``sparsegrad._fast._reference._namespace`` picks it from the arrays.
+
+What the fake cannot catch: numpy functions that unwrap subclasses without
+dispatching (``np.asarray(d)`` gives a host array silently, where CuPy
+raises), ndarray methods called with host arguments (``d.searchsorted(h)``),
+and indexing a host array with a DeviceArray.  It is stricter than CuPy in
+one place: CuPy accepts numpy index arrays; the fake does not.
+
+Examples
+--------
+>>> import numpy as np
+>>> d = fake.arange(3)
+>>> d + 1
+DeviceArray([1, 2, 3])
+>>> d + np.ones(3)
+Traceback (most recent call last):
+    ...
+TypeError: host array mixed with device array in numpy.add (move it with fake.asarray)
+>>> fake.asnumpy(d * fake.asarray(np.array([2, 2, 2])))
+array([0, 2, 4])
+"""
+import numpy as np
+
+__all__ = ["DeviceArray", "FakeDevice", "fake"]
+
+
+def _host_arrays(values):
+    """Host ndarrays of ``ndim > 0`` among ``values`` (lists and tuples searched)."""
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            yield from _host_arrays(value)
+        elif (isinstance(value, np.ndarray) and not isinstance(value, DeviceArray)
+              and value.ndim > 0):
+            yield value
+
+
+def _refuse_host(where, *values):
+    for _ in _host_arrays(values):
+        raise TypeError("host array mixed with device array in %s (move it with "
+                        "fake.asarray)" % where)
+
+
+def _plain(value):
+    """The host view of a DeviceArray (numpy computes on it); anything else as is."""
+    return value.view(np.ndarray) if isinstance(value, DeviceArray) else value
+
+
+def _on_device(result):
+    """Arrays in ``result`` (tuples and lists searched) as DeviceArrays."""
+    if isinstance(result, np.ndarray) and not isinstance(result, DeviceArray):
+        return result.view(DeviceArray)
+    if isinstance(result, (tuple, list)):
+        return type(result)(_on_device(r) for r in result)
+    return result
+
+
+class DeviceArray(np.ndarray):
+    """A numpy array standing for an array in device memory.
+
+    Make them with :data:`fake` (``fake.asarray(host)``, ``fake.zeros(n)``...);
+    get host arrays back with ``fake.asnumpy``.
+
+    Examples
+    --------
+    >>> d = fake.zeros(2)
+    >>> isinstance(d, DeviceArray), d.__array_namespace__() is fake
+    (True, True)
+    >>> (d + 1.0).sum()
+    np.float64(2.0)
+    """
+
+    def __array_namespace__(self, *, api_version=None):
+        return fake
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.get("out") or ()
+        _refuse_host("numpy." + ufunc.__name__, inputs, out)
+        if out:
+            kwargs["out"] = tuple(_plain(o) for o in out)
+        result = getattr(ufunc, method)(*(_plain(x) for x in inputs), **kwargs)
+        if out:
+            return out[0] if len(out) == 1 else out
+        return None if method == "at" else _on_device(result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        _refuse_host("numpy." + func.__name__, args, tuple(kwargs.values()))
+        return _on_device(super().__array_function__(func, types, args, kwargs))
+
+    def __getitem__(self, key):
+        _refuse_host("indexing", key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        _refuse_host("indexing", key, value)
+        super().__setitem__(key, value)
+
+
+class _DeviceUfunc:
+    """A numpy ufunc of the fake device: refuses host arrays, returns DeviceArrays."""
+
+    def __init__(self, ufunc):
+        self._ufunc = ufunc
+        self.__name__ = ufunc.__name__
+
+    def __call__(self, *args, **kwargs):
+        _refuse_host("fake." + self.__name__, args, tuple(kwargs.values()))
+        return _on_device(self._ufunc(*args, **kwargs))
+
+    def at(self, a, indices, b=None):
+        _refuse_host("fake.%s.at" % self.__name__, a, indices, b)
+        self._ufunc.at(a, indices, b)
+
+    def reduce(self, array, *args, **kwargs):
+        _refuse_host("fake.%s.reduce" % self.__name__, array, args, tuple(kwargs.values()))
+        return _on_device(self._ufunc.reduce(array, *args, **kwargs))
+
+    def __repr__(self):
+        return "<fake device ufunc %s>" % self.__name__
+
+
+def _device_function(name):
+    function = getattr(np, name)
+
+    def call(*args, **kwargs):
+        _refuse_host("fake." + name, args, tuple(kwargs.values()))
+        return _on_device(function(*args, **kwargs))
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = "numpy.%s on the fake device (host arrays refused)." % name
+    return call
+
+
+def _device_creation(name):
+    function = getattr(np, name)
+
+    def create(*args, **kwargs):
+        _refuse_host("fake." + name, args, tuple(kwargs.values()))
+        return function(*args, **kwargs).view(DeviceArray)
+
+    create.__name__ = create.__qualname__ = name
+    create.__doc__ = "numpy.%s, made on the fake device." % name
+    return create
+
+
+class FakeDevice:
+    """The array module of the fake device, the subset of ``cupy`` the kernels use.
+
+    Examples
+    --------
+    >>> fake.cumsum(fake.asarray([1, 2, 3]))
+    DeviceArray([1, 3, 6])
+    >>> fake.linalg
+    Traceback (most recent call last):
+        ...
+    AttributeError: the fake device has no 'linalg' (add it to FakeDevice if CuPy has it)
+    """
+
+    #: functions of arrays: numpy's, refusing host arrays
+    FUNCTIONS = ("argmax", "argsort", "bincount", "broadcast_to", "concatenate", "cumsum",
+                 "diff", "flatnonzero", "nonzero", "repeat", "searchsorted", "sort",
+                 "unique", "where")
+    #: ufuncs: numpy's, refusing host arrays (``at`` and ``reduce`` included)
+    UFUNCS = ("add", "subtract", "multiply", "negative", "floor_divide", "equal",
+              "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+              "logical_or", "logical_not", "maximum", "minimum")
+    #: creation functions: numpy's, results on the device
+    CREATION = ("arange", "empty", "full", "ones", "zeros", "empty_like", "ones_like",
+                "zeros_like")
+    #: dtypes and dtype functions: numpy's own, as in CuPy
+    DTYPES = ("bool_", "int32", "int64", "intp", "float32", "float64", "complex64",
+              "complex128", "dtype", "iinfo", "finfo", "result_type", "can_cast")
+
+    ndarray = DeviceArray
+
+    def __init__(self):
+        for name in self.FUNCTIONS:
+            setattr(self, name, _device_function(name))
+        for name in self.UFUNCS:
+            setattr(self, name, _DeviceUfunc(getattr(np, name)))
+        for name in self.CREATION:
+            setattr(self, name, _device_creation(name))
+        for name in self.DTYPES:
+            setattr(self, name, getattr(np, name))
+
+    def __getattr__(self, name):
+        raise AttributeError("the fake device has no %r (add it to FakeDevice if CuPy has it)"
+                             % name)
+
+    def asarray(self, a, dtype=None):
+        """``a`` on the device, like ``cupy.asarray``: host arrays are copied
+        there (an explicit transfer); a DeviceArray of that dtype is returned as is."""
+        if isinstance(a, DeviceArray):
+            return a if dtype is None or a.dtype == dtype else a.astype(dtype)
+        return np.array(a, dtype=dtype).view(DeviceArray)
+
+    def array(self, a, dtype=None):
+        """A copy of ``a`` on the device, like ``cupy.array``."""
+        return np.array(_plain(a), dtype=dtype).view(DeviceArray)
+
+    def asnumpy(self, a):
+        """A host copy of ``a``, like ``cupy.asnumpy``."""
+        return np.array(_plain(a))
+
+    def __repr__(self):
+        return "<sparsegrad fake device namespace>"
+
+
+#: the namespace of :class:`DeviceArray` arrays
+fake = FakeDevice()

@@ -1,0 +1,266 @@
+"""The GPU kernel interface (``sparsegrad.gpu._kernels``) on device arrays.
+
+The kernels are the namespace-generic reference kernels.  Here they run on the
+fake device of ``sparsegrad.gpu._device`` (a numpy subclass that refuses to mix
+with host arrays, as CuPy does), so the device code path, with its CuPy forms
+of numpy idioms, is exercised without a GPU: every result must be made of
+DeviceArrays and equal, bit for bit, the results of the same kernels on numpy
+arrays.  The tests marked ``gpu`` run the kernels on real CuPy arrays and skip
+without CuPy or a CUDA device.
+"""
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from sparsegrad._fast import _reference
+from sparsegrad.gpu import _kernels as gpu_kernels
+from sparsegrad.gpu._device import DeviceArray, fake
+from test_kernels import (I64, _random_block_terms, _random_terms, assert_same_result,
+                          random_csr)
+
+KERNELS = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
+           "selection_csr"]
+#: a block of no rows: the device's way of merging no terms
+EMPTY_BLOCK = (np.zeros(1, I64), np.zeros(0, I64), None, None, 0)
+DTYPE_SETS = [[None, np.float64], [None, np.float32, np.float64],
+              [None, np.float32, np.float64, np.complex64, np.complex128]]
+
+
+def on(xp, obj):
+    """``obj`` with every numpy array in it (tuples and lists searched) moved
+    to ``xp``; a broadcast (stride-0) array stays a broadcast there."""
+    if isinstance(obj, np.ndarray):
+        if obj.ndim == 1 and obj.strides == (0,) and len(obj) > 1:
+            return xp.broadcast_to(xp.asarray(obj[:1]), obj.shape)
+        return xp.asarray(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(on(xp, item) for item in obj)
+    return obj
+
+
+def check_on_fake(name, *args, **kwargs):
+    """Run kernel ``name`` on the fake device and on numpy; the device result is
+    made of DeviceArrays and equals the numpy one exactly (values and dtypes)."""
+    expected = getattr(_reference, name)(*args, **kwargs)
+    actual = getattr(gpu_kernels, name)(*on(fake, args), **kwargs)
+    if isinstance(expected, np.ndarray):
+        actual, expected = (actual,), (expected,)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert (a is None) == (e is None)
+        if e is not None:
+            assert type(a) is DeviceArray, "%s returned a %s" % (name, type(a).__name__)
+            assert a.dtype == e.dtype and a.shape == e.shape
+            np.testing.assert_array_equal(fake.asnumpy(a), e)
+    return actual
+
+
+def random_cases(rng, dtypes, count):
+    """(kernel name, args, kwargs) on random inputs, every kernel, both
+    ``pattern_only`` settings, ``-1`` rows, duplicates, empty shapes."""
+    for _ in range(count):
+        n_rows, n_cols = (int(n) for n in rng.integers(0, 12, 2))
+        terms = _random_terms(rng, n_rows, n_cols, int(rng.integers(0, 5)), dtypes)
+        # no terms, no arrays to find the device from: callers on a device
+        # pass an empty block instead (see merge_scaled's docstring)
+        merged = terms or [EMPTY_BLOCK]
+        for pattern_only in (False, True):
+            yield "merge_scaled", (n_rows, n_cols, merged, pattern_only), {}
+        if not terms:
+            continue
+        indptr, indices, data, scale = terms[0]
+        rows = rng.integers(-1, n_rows, rng.integers(0, 15)) if n_rows else np.zeros(0, I64)
+        yield "gather_rows", (indptr, indices, data, rows), {}
+        if scale is not None:
+            yield "scale_rows", (indptr, data, scale), {}
+        a = _random_terms(rng, int(rng.integers(0, 12)), n_rows, 1, dtypes)[0][:3]
+        for pattern_only in (False, True):
+            yield "matmul", (*a, indptr, indices, data, n_cols, pattern_only), {}
+        if n_rows and n_cols:
+            n = int(rng.integers(0, 40))
+            values = None if data is None else rng.standard_normal(n).astype(data.dtype)
+            yield "coo_to_csr", (n_rows, n_cols, rng.integers(0, n_rows, n),
+                                 rng.integers(0, n_cols, n), values), {}
+        columns = rng.integers(-1, max(n_cols, 1), n_rows)
+        yield "selection_csr", (columns,), {}
+
+
+# ---------------------------------------------------------------------------
+# every kernel on the fake device
+# ---------------------------------------------------------------------------
+
+def test_gpu_module_has_the_kernel_interface():
+    assert sorted(gpu_kernels.__all__) == sorted(_reference.__all__) == sorted(KERNELS)
+    for name in KERNELS:
+        assert getattr(gpu_kernels, name) is getattr(_reference, name)
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_SETS)
+def test_fake_device_matches_numpy_on_random_inputs(rng, dtypes):
+    seen = set()
+    for name, args, kwargs in random_cases(rng, dtypes, 25):
+        check_on_fake(name, *args, **kwargs)
+        seen.add(name)
+    assert seen == set(KERNELS)
+
+
+@pytest.mark.parametrize("index_dtype", [None, np.int32])
+@pytest.mark.parametrize("selections", [False, True])
+def test_fake_device_merges_stacked_blocks(rng, index_dtype, selections):
+    for _ in range(15):
+        n_rows, n_cols = (int(n) for n in rng.integers(0, 14, 2))
+        terms = _random_block_terms(rng, n_rows, n_cols, int(rng.integers(0, 7)),
+                                    selections=selections) or [EMPTY_BLOCK]
+        for pattern_only in (False, True):
+            check_on_fake("merge_scaled", n_rows, n_cols, terms, pattern_only,
+                          index_dtype=index_dtype)
+
+
+def test_fake_device_sums_long_runs_of_duplicates_in_input_order(rng):
+    # runs of about 30 equal coordinates take as many passes on the device
+    # path; values of very different sizes make any other order visible
+    n = 400
+    rows, cols = rng.integers(0, 3, n), rng.integers(0, 4, n)
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 9, n)
+    indptr, indices, data = check_on_fake("coo_to_csr", 3, 4, rows, cols, values)
+    sums = {}
+    for key, value in zip(rows * 4 + cols, values):
+        sums[key] = sums[key] + value if key in sums else value
+    out_rows = np.repeat(np.arange(3), np.diff(fake.asnumpy(indptr)))
+    out_keys = out_rows * 4 + fake.asnumpy(indices)
+    assert fake.asnumpy(data).tolist() == [sums[key] for key in out_keys]
+    # a dense product: every output entry sums 30 products
+    a = random_csr(rng, 5, 30, 1.0)
+    b = random_csr(rng, 30, 6, 1.0)
+    check_on_fake("matmul", *a, *b, 6)
+
+
+def test_fake_device_edges():
+    empty = (np.zeros(1, I64), np.zeros(0, I64), np.zeros(0), None)
+    check_on_fake("merge_scaled", 0, 0, [empty])
+    check_on_fake("merge_scaled", 3, 2, [EMPTY_BLOCK])
+    # with no terms at all the kernels cannot know the device: numpy arrays
+    assert all(type(a) is np.ndarray for a in gpu_kernels.merge_scaled(3, 2, []))
+    check_on_fake("gather_rows", np.zeros(1, I64), np.zeros(0, I64), None,
+                  np.array([-1, -1]))
+    check_on_fake("coo_to_csr", 2, 2, np.zeros(0, I64), np.zeros(0, I64), None)
+    check_on_fake("selection_csr", np.zeros(0, I64))
+    check_on_fake("scale_rows", np.array([0, 2, 2, 3]), None, np.array([2.0, 0.5, 4.0]))
+
+
+def test_fake_device_errors_match_numpy():
+    indptr, indices = np.array([0, 1, 2]), np.array([0, 1])
+    with pytest.raises(ValueError, match=">= -1"):
+        gpu_kernels.gather_rows(*on(fake, (indptr, indices)), None, fake.asarray([0, -2]))
+    # CuPy would wrap an index past the end around; the kernel checks it
+    with pytest.raises(IndexError):
+        gpu_kernels.gather_rows(*on(fake, (indptr, indices)), None, fake.asarray([2]))
+    with pytest.raises(ValueError, match="cols must lie"):
+        gpu_kernels.coo_to_csr(2, 2, fake.asarray([0, 1]), fake.asarray([0, 2]), None)
+    with pytest.raises(ValueError, match="rows must lie"):
+        gpu_kernels.coo_to_csr(2, 2, fake.asarray([0, -1]), fake.asarray([0, 1]), None)
+    with pytest.raises(ValueError, match="-2 at row 1"):
+        gpu_kernels.selection_csr(fake.asarray([3, -2, 1]))
+
+
+# ---------------------------------------------------------------------------
+# the fake device itself: host arrays refused, namespaces found
+# ---------------------------------------------------------------------------
+
+def test_host_device_mix_raises():
+    d = fake.arange(3.0)
+    host = np.ones(3)
+    mixes = [lambda: d + host, lambda: host * d, lambda: np.concatenate([d, host]),
+             lambda: fake.cumsum(host), lambda: d[np.array([0, 1])],
+             lambda: d.__setitem__(slice(None), host), lambda: np.add.at(d, [0], host[:1]),
+             lambda: np.cumsum(d, out=host)]
+    for mix in mixes:
+        with pytest.raises(TypeError, match="host array mixed with device array"):
+            mix()
+    # 0-d arrays and scalars mix; explicit transfers work
+    assert type(d + np.float64(1.0) + np.array(2.0) + 3) is DeviceArray
+    np.testing.assert_array_equal(fake.asnumpy(d + fake.asarray(host)), [1.0, 2.0, 3.0])
+
+
+def test_kernel_leaking_a_host_array_fails_loudly(rng):
+    indptr, indices, data = random_csr(rng, 4, 5)
+    # a host data array among device arrays: the kernel's arithmetic refuses it
+    with pytest.raises(TypeError, match="host array mixed with device array"):
+        gpu_kernels.scale_rows(fake.asarray(indptr), data, fake.ones(4))
+    term = (fake.asarray(indptr), indices, fake.asarray(data), None)
+    with pytest.raises(TypeError, match="host array mixed with device array"):
+        gpu_kernels.merge_scaled(4, 5, [term])
+
+
+def test_namespace_lookup():
+    namespace = _reference._namespace
+    assert namespace(np.zeros(2), None, [1], 2.0, np.float64(1.0)) is np
+    assert namespace(np.ma.masked_array([1.0])) is np
+    assert namespace(np.zeros(2), fake.zeros(2)) is fake
+    # a package exporting its array type as ``ndarray`` (as cupy does) is the
+    # namespace of its arrays, whatever their __array_namespace__ says
+    package = types.ModuleType("sparsegrad_test_arraypkg")
+    array_type = type("ndarray", (), {"dtype": np.dtype(float), "__module__": package.__name__,
+                                       "__array_namespace__": lambda self: np})
+    package.ndarray = array_type
+    sys.modules[package.__name__] = package
+    try:
+        assert namespace(np.zeros(1), array_type()) is package
+    finally:
+        del sys.modules[package.__name__]
+
+
+def test_fake_namespace_refuses_unknown_names():
+    with pytest.raises(AttributeError, match="no 'linalg'"):
+        fake.linalg  # noqa: B018
+
+
+# ---------------------------------------------------------------------------
+# real CuPy arrays (skipped without CuPy and a CUDA device)
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cupy():
+    cupy = pytest.importorskip("cupy")
+    try:
+        n_devices = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDA driver or runtime missing
+        pytest.skip("no CUDA device: %s" % exc)
+    if n_devices < 1:
+        pytest.skip("no CUDA device")
+    return cupy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtypes", DTYPE_SETS)
+def test_cupy_matches_numpy_on_random_inputs(cupy, rng, dtypes):
+    for name, args, kwargs in random_cases(rng, dtypes, 15):
+        expected = getattr(_reference, name)(*args, **kwargs)
+        actual = getattr(gpu_kernels, name)(*on(cupy, args), **kwargs)
+        if isinstance(expected, np.ndarray):
+            assert isinstance(actual, cupy.ndarray)
+            assert_same_result(cupy.asnumpy(actual), expected)
+            continue
+        for a in actual:
+            assert a is None or isinstance(a, cupy.ndarray)
+        host = tuple(None if a is None else cupy.asnumpy(a) for a in actual)
+        if name == "selection_csr":
+            host, expected = host + (None,), expected + (None,)
+        assert_same_result(host, expected)
+
+
+@pytest.mark.gpu
+def test_cupy_stacked_blocks_and_errors(cupy, rng):
+    for _ in range(10):
+        n_rows, n_cols = (int(n) for n in rng.integers(0, 14, 2))
+        terms = _random_block_terms(rng, n_rows, n_cols, int(rng.integers(0, 7))) or [EMPTY_BLOCK]
+        for index_dtype in (None, np.int32):
+            expected = _reference.merge_scaled(n_rows, n_cols, terms, index_dtype=index_dtype)
+            actual = gpu_kernels.merge_scaled(n_rows, n_cols, on(cupy, terms),
+                                              index_dtype=index_dtype)
+            assert_same_result(tuple(cupy.asnumpy(a) for a in actual), expected)
+    with pytest.raises(IndexError):
+        gpu_kernels.gather_rows(cupy.asarray([0, 1, 2]), cupy.asarray([0, 1]), None,
+                                cupy.asarray([2]))
