@@ -21,7 +21,7 @@ import numpy as np
 
 from ._fast import kernels as _cpu_kernels
 
-__all__ = ["Backend", "CPU", "of", "register"]
+__all__ = ["Backend", "CPU", "of", "register", "asarray"]
 
 
 class Backend:
@@ -92,3 +92,10 @@ def of(array):
         from . import gpu
         return gpu.backend()
     return CPU
+
+
+def asarray(x):
+    """``x`` as an array on its own device: ``np.asarray`` for host data, unchanged
+    for an array of a registered device (where ``np.asarray`` would copy to the
+    host, or raise as CuPy does)."""
+    return np.asarray(x) if of(x) is CPU else x

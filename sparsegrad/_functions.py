@@ -30,6 +30,7 @@ import string
 import numpy as np
 import scipy.sparse
 
+from . import _backend
 from . import _jacobian as jac
 from ._errors import unsupported
 from ._fast import kernels
@@ -346,7 +347,7 @@ def _linear(in_specs, out_spec, operands, result):
                                                           cols, data)
         L = jac.CSR((n_out, values[k].size), indptr, indices, coefficients)
         terms.append(jac.left_multiply(L, J))
-    result = np.asarray(result)
+    result = _backend.asarray(result)
     seed = jac.common_seed([operands[k]._jacobian for k in forwards])
     return make(result, jac.add(terms) if terms else jac.zero(seed, result.size))
 
@@ -416,7 +417,7 @@ def _sparse_product(matrix, x, matrix_first):
                                                      matrix.T))
     if isinstance(result, np.matrix):
         result = np.asarray(result)
-    return make(np.asarray(result), jac.left_multiply(L, x._jacobian))
+    return make(_backend.asarray(result), jac.left_multiply(L, x._jacobian))
 
 
 def _with_sparse(a, b):
@@ -554,7 +555,7 @@ def _finish(forward, exact_value):
     """``forward`` with its value replaced by numpy's own result (same shape)."""
     if not isinstance(forward, value):
         return exact_value
-    return make(np.asarray(exact_value), forward._jacobian)
+    return make(_backend.asarray(exact_value), forward._jacobian)
 
 
 def _axes(axis, ndim, name):
@@ -583,7 +584,7 @@ def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue
     if not isinstance(a, value):
         return result
     J, _ = _sum_jacobian(a, axis, keepdims)
-    return make(np.asarray(result), J)
+    return make(_backend.asarray(result), J)
 
 
 @implements(np.mean)
@@ -592,7 +593,7 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=np._NoValue)
     result = np.mean(a._value, axis=axis, dtype=dtype, keepdims=keepdims)
     J, axes = _sum_jacobian(a, axis, keepdims)
     count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
-    return make(np.asarray(result), jac.scale(J, 1.0 / count if count else np.nan))
+    return make(_backend.asarray(result), jac.scale(J, 1.0 / count if count else np.nan))
 
 
 @implements(np.trace)
@@ -633,7 +634,7 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValu
     others = _exclusive_products(a._value, _axes(axis, a.ndim, "axis"))
     J, _ = _sum_jacobian(make(a._value, jac.scale(a._jacobian, others.ravel())), axis,
                          keepdims)
-    return make(np.asarray(result), J)
+    return make(_backend.asarray(result), J)
 
 
 def _exclusive_products(x, axes):
@@ -703,7 +704,7 @@ def _select_reduction(a, axis, keepdims, argfunction, function, name, initial, w
     chosen = argfunction(lines, axis=-1)[..., None]
     selected = jac.take_rows(a._jacobian, np.take_along_axis(rows, chosen, -1).ravel())
     union, _ = _sum_jacobian(a, axis, keepdims)
-    return make(np.asarray(result), jac.add([selected, jac.structural_zeros(union)]))
+    return make(_backend.asarray(result), jac.add([selected, jac.structural_zeros(union)]))
 
 
 @implements(np.max, np.amax)

@@ -10,6 +10,7 @@ array([[0., 0.],
 import numpy as np
 import scipy.sparse
 
+from . import _backend
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported
@@ -75,7 +76,7 @@ def _call(ufunc, inputs, kwargs):
     if category in ("unsupported", "unclassified"):
         raise unsupported(name, rules.UNSUPPORTED.get(ufunc, "no derivative rule"))
     forwards = [(i, x) for i, x in enumerate(inputs) if isinstance(x, value)]
-    out = np.asarray(ufunc(*values, **kwargs))
+    out = _backend.asarray(ufunc(*values, **kwargs))
     if not forwards:  # only an out= target is a forward value
         return out
     seed = jac.common_seed([x._jacobian for _, x in forwards])
@@ -124,11 +125,11 @@ def _at_precision(values, dtype):
     for v in values:
         if isinstance(v, (float, complex)) and inexact:
             v = np.asarray(v, dtype=np.result_type(dtype, type(v)))
-        elif isinstance(v, np.ndarray) and inexact and v.dtype.kind in "fc" \
+        elif hasattr(v, "dtype") and inexact and v.dtype.kind in "fc" \
                 and v.dtype != dtype and np.can_cast(v.dtype, dtype, "safe"):
             v = v.astype(dtype)
         else:
-            v = np.asarray(v)
+            v = _backend.asarray(v)
         cast.append(v)
     return cast
 

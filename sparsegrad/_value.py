@@ -20,6 +20,7 @@ import numbers
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from . import _backend
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
@@ -197,7 +198,7 @@ class value(NDArrayOperatorsMixin):
     def _take(self, key):
         key = _plain_key(key)
         self._owns = False  # basic indexing returns a view of _value
-        result = np.asarray(self._value[key])
+        result = _backend.asarray(self._value[key])
         rows = row_index(self.shape)[key]
         if isinstance(self._jac, Assembly):
             return make(result, self._jac.take_rows(rows))
@@ -351,14 +352,13 @@ def nvalue(x):
     """The value of a forward value; ndarrays unchanged; anything else through ``np.asarray``."""
     if isinstance(x, value):
         return x.value
-    if isinstance(x, np.ndarray):
-        return x
-    return np.asarray(x)
+    return _backend.asarray(x)
 
 
 def make(array, jacobian):
     """A forward value from an array and a Jacobian (or :class:`Assembly`)."""
-    array = np.asarray(array)
+    if _backend.of(array) is _backend.CPU:  # (device arrays stay on their device)
+        array = np.asarray(array)
     return (_array_value if array.ndim else value)(array, jacobian)
 
 
