@@ -175,12 +175,14 @@ def test_host_device_mix_raises():
     mixes = [lambda: d + host, lambda: host * d, lambda: np.concatenate([d, host]),
              lambda: fake.cumsum(host), lambda: d[np.array([0, 1])],
              lambda: d.__setitem__(slice(None), host), lambda: np.add.at(d, [0], host[:1]),
-             lambda: np.cumsum(d, out=host)]
+             lambda: np.cumsum(d, out=host), lambda: fake.exp(host),
+             lambda: fake.add.at(d, fake.asarray([0]), host[:1])]
     for mix in mixes:
         with pytest.raises(TypeError, match="host array mixed with device array"):
             mix()
     # 0-d arrays and scalars mix; explicit transfers work
     assert type(d + np.float64(1.0) + np.array(2.0) + 3) is DeviceArray
+    assert type(fake.exp(d)) is DeviceArray and type(np.exp(d)) is DeviceArray
     np.testing.assert_array_equal(fake.asnumpy(d + fake.asarray(host)), [1.0, 2.0, 3.0])
 
 

@@ -110,32 +110,35 @@ def _row_of_each_entry(xp, indptr, n_entries):
     return _repeat(xp, None, xp.diff(indptr), n_entries)
 
 
-def _add_later_entries(xp, data, values, first, run):
-    """Add ``values[p]`` into ``data[run[p]]`` for every position ``p`` not
-    marked in ``first``, in the order of the positions.
+def _add_later_entries(xp, data, values, first, starts):
+    """Add ``values[p]`` into ``data[r]`` for every position ``p`` after the
+    first of its run ``r``, in the order of the positions.
 
-    ``first`` marks the first position of each run of equal keys (runs are
-    contiguous) and ``run`` numbers the run of every position.  numpy's
-    ``ufunc.at`` is unbuffered and takes the indices in order, which is the
-    contract.  CuPy's ``ufunc.at`` and ``cupyx.scatter_add`` add with atomics,
-    in no fixed order and for a few dtypes only; there the k-th later entry of
-    every run is added in pass k instead.  A pass holds one entry per run at
-    most, so a plain indexed add is safe, and every run is summed
-    ``((v0 + v1) + v2) + ...`` as on the CPU.  Passes: the longest run.
+    Runs are contiguous; ``first`` marks the first position of each and
+    ``starts`` lists those positions.  numpy's ``ufunc.at`` is unbuffered and
+    takes the indices in order, which is the contract.  CuPy's ``ufunc.at``
+    and ``cupyx.scatter_add`` add with atomics, in no fixed order and for a
+    few dtypes only; there the k-th later entry of every run is added in pass
+    k instead.  A pass holds one entry per run at most, so a plain indexed add
+    is safe, and every run is summed ``((v0 + v1) + v2) + ...`` as on the
+    CPU.  Passes: the longest run; device syncs: three.
     """
     later = ~first
+    run = xp.cumsum(first) - 1
     if xp is np:
         np.add.at(data, run[later], values[later])
         return
     positions = xp.flatnonzero(later)
     if not len(positions):
         return
-    rank = positions - xp.flatnonzero(first)[run[positions]]
-    positions = positions[xp.argsort(rank)]
+    run = run[positions]
+    rank = positions - starts[run]
+    order = xp.argsort(rank)
+    positions, run = positions[order], run[order]
     bounds = xp.cumsum(xp.bincount(rank)).tolist()
     for k in range(1, len(bounds)):
-        step = positions[bounds[k - 1]:bounds[k]]
-        data[run[step]] += values[step]
+        step = slice(bounds[k - 1], bounds[k])
+        data[run[step]] += values[positions[step]]
 
 
 def coo_to_csr(n_rows, n_cols, rows, cols, values):
@@ -191,7 +194,7 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     values = xp.asarray(values)[order]
     data = values[starts]
     # unbuffered and in input order: ((v0 + v1) + v2) + ...
-    _add_later_entries(xp, data, values, first, xp.cumsum(first) - 1)
+    _add_later_entries(xp, data, values, first, starts)
     return indptr, indices, data
 
 

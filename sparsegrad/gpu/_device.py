@@ -14,11 +14,11 @@ code path run on the CPU with the same refusal:
   Python or numpy scalars mix freely, as they do with CuPy.  Results are
   DeviceArrays.
 * :data:`fake` is a module-like namespace, the ``cupy`` of the fake device:
-  the numpy functions and ufuncs sparsegrad's kernels use, which refuse host
-  arrays and return DeviceArrays; creation functions; ``asarray`` and
-  ``asnumpy``, the explicit transfers; and numpy's dtypes, which CuPy uses too.
-  A name it lacks raises ``AttributeError``: the list says what the kernels
-  need of an array module.
+  the numpy functions sparsegrad's kernels use and every numpy ufunc, which
+  refuse host arrays and return DeviceArrays; creation functions; ``asarray``
+  and ``asnumpy``, the explicit transfers; and numpy's dtypes, which CuPy uses
+  too.  Any other name raises ``AttributeError``: the list of functions says
+  what the kernels need of an array module.
 * ``DeviceArray.__array_namespace__`` returns :data:`fake`, so that
   ``sparsegrad._fast._reference._namespace`` picks it from the arrays.
 
@@ -181,10 +181,6 @@ class FakeDevice:
     FUNCTIONS = ("argmax", "argsort", "bincount", "broadcast_to", "concatenate", "cumsum",
                  "diff", "flatnonzero", "nonzero", "repeat", "searchsorted", "sort",
                  "unique", "where")
-    #: ufuncs: numpy's, refusing host arrays (``at`` and ``reduce`` included)
-    UFUNCS = ("add", "subtract", "multiply", "negative", "floor_divide", "equal",
-              "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
-              "logical_or", "logical_not", "maximum", "minimum")
     #: creation functions: numpy's, results on the device
     CREATION = ("arange", "empty", "full", "ones", "zeros", "empty_like", "ones_like",
                 "zeros_like")
@@ -197,14 +193,18 @@ class FakeDevice:
     def __init__(self):
         for name in self.FUNCTIONS:
             setattr(self, name, _device_function(name))
-        for name in self.UFUNCS:
-            setattr(self, name, _DeviceUfunc(getattr(np, name)))
         for name in self.CREATION:
             setattr(self, name, _device_creation(name))
         for name in self.DTYPES:
             setattr(self, name, getattr(np, name))
 
     def __getattr__(self, name):
+        # every numpy ufunc, as CuPy has nearly all of them, refusing host arrays
+        # (``at`` and ``reduce`` included); made on first use
+        if isinstance(getattr(np, name, None), np.ufunc):
+            ufunc = _DeviceUfunc(getattr(np, name))
+            setattr(self, name, ufunc)
+            return ufunc
         raise AttributeError("the fake device has no %r (add it to FakeDevice if CuPy has it)"
                              % name)
 
