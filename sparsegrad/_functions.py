@@ -102,6 +102,10 @@ def create(function, like, args, kwargs):
     """
     if function is np.empty:
         function = np.zeros
+    xp = like._jacobian.seed.backend.xp
+    if xp is not np:  # created on the seed's device, by its namespace's function
+        kwargs = {k: v for k, v in kwargs.items() if k != "like"}
+        function = getattr(xp, function.__name__)
     array = function(*args, **kwargs)
     if not np.issubdtype(array.dtype, np.inexact):
         array = array.astype(np.result_type(array.dtype, like.dtype, np.float64))

@@ -196,7 +196,8 @@ class Jacobian:
         self.seed = seed
         self.n_rows = int(n_rows)
         if terms is None:
-            terms = ((scale, None if diag is None else np.asarray(diag).reshape(-1), matrix),)
+            diag = None if diag is None else _backend.asarray(diag).reshape(-1)
+            terms = ((scale, diag, matrix),)
         self._terms = tuple(terms)
         self._blocks = None
         self._zero = None
@@ -323,7 +324,7 @@ def scale(J, factor):
     if J.seed.pattern_only or J.is_zero:
         return J
     if _is_vector(factor) or isinstance(factor, (list, tuple)):
-        factor = np.asarray(factor).reshape(-1)
+        factor = _backend.asarray(factor).reshape(-1)
     elif factor == 1:
         return J
     if J._blocks is not None:  # scale block by block: the stack stays unmerged
@@ -471,8 +472,9 @@ class _Rows:
 
     def pick(self, v):
         """``v[rows]`` as a 1-d array (a view when the rows are a contiguous run)."""
-        if not isinstance(v, np.ndarray):  # a device array: row numbers go there
-            return v[_backend.of(v).xp.asarray(self.flat)]
+        backend = _backend.of(v)
+        if backend is not _backend.CPU:  # a device array: row numbers go there
+            return v[backend.xp.asarray(self.flat)]
         if self._view is None or v.ndim != 1 or not v.flags.c_contiguous:
             return v[self.flat]
         offset, steps = self._view
@@ -557,6 +559,9 @@ def left_multiply(A, J):
     if J.is_zero:
         return zero(seed, n_out)
     factor, M = J.row_factor(), J.matrix
+    if seed.backend is not _backend.CPU:  # a constant matrix built on the host
+        A = CSR(A.shape, _on(seed, A.indptr), _on(seed, A.indices),
+                None if A.data is None else _on(seed, A.data))
     a_data = A.data
     xp = seed.backend.xp
     if not seed.pattern_only:

@@ -21,8 +21,9 @@ __all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]
 def _seed_array(x):
     # a private copy: later changes to the user's array cannot reach the forward value
     x = nvalue(x) if isinstance(x, value) else x
-    xp = _backend.of(x).xp  # (a device array is copied on its device)
-    array = xp.array(x, copy=True)
+    backend = _backend.of(x)
+    # (a device array is copied on its device)
+    array = np.array(x, copy=True) if backend is _backend.CPU else backend.xp.asarray(x).copy()
     if array.dtype.kind in "biu":
         array = array.astype(np.float64)
     elif array.dtype.kind not in "fc":
