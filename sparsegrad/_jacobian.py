@@ -403,6 +403,10 @@ def _merge(J, index_dtype=None):
             if not seed.pattern_only and not _is_one(factor):
                 row_scale = xp.broadcast_to(xp.asarray(factor), (n_rows,))
             parts.append((indptr, indices, data, row_scale, first_row))
+    if not parts and xp is not np:
+        # (kernels take the device from their arrays: an empty block carries it)
+        parts.append((xp.zeros(1, dtype=INDEX_DTYPE), xp.zeros(0, dtype=INDEX_DTYPE), None,
+                      None, 0))
     return seed.backend.kernels.merge_scaled(J.n_rows, seed.size, parts,
                                              pattern_only=seed.pattern_only,
                                              index_dtype=index_dtype)

@@ -56,6 +56,11 @@ def _host_arrays(values):
             yield value
 
 
+def _foreign(value):
+    """An object of another type that overrides ufuncs (not an ndarray)."""
+    return hasattr(type(value), "__array_ufunc__") and not isinstance(value, np.ndarray)
+
+
 def _refuse_host(where, *values):
     for _ in _host_arrays(values):
         raise TypeError("host array mixed with device array in %s (move it with "
@@ -95,6 +100,8 @@ class DeviceArray(np.ndarray):
         return fake
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if any(_foreign(x) for x in inputs + tuple(kwargs.get("out") or ())):
+            return NotImplemented  # as CuPy does: an overriding type (a forward value) decides
         out = kwargs.get("out") or ()
         _refuse_host("numpy." + ufunc.__name__, inputs, out)
         if out:

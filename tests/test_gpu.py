@@ -1,0 +1,183 @@
+"""Forward values on a device: the whole forward path against an array namespace.
+
+Seeding a device array gives a seed whose backend (``sparsegrad._backend``)
+is that device's: values, row factors, selection columns, merges and gathers
+stay there, and ``.dvalue`` is built by the device's sparse module.  Here the
+device is the strict fake of ``sparsegrad.gpu._device`` (numpy arrays that
+refuse to mix with host arrays, as CuPy does), registered with the device
+kernels of ``sparsegrad.gpu._kernels``: every program below must run without
+touching the host and give the CPU's Jacobian.  The ``cupy`` tests run the
+same programs on a real GPU and skip without CuPy and a CUDA device.
+"""
+import numpy as np
+import pytest
+import scipy.sparse
+
+import sparsegrad
+from sparsegrad import _backend, forward, gpu
+from sparsegrad.gpu import _kernels
+from sparsegrad.gpu._device import DeviceArray, fake
+
+
+class _FakeSparse:
+    """The fake device's ``cupyx.scipy.sparse``: matrices are built on the host."""
+
+    @staticmethod
+    def csr_matrix(arrays, shape=None, copy=False):
+        return scipy.sparse.csr_matrix(tuple(fake.asnumpy(a) for a in arrays),
+                                       shape=shape, copy=copy)
+
+
+FAKE = _backend.Backend("fake", fake, _FakeSparse, _kernels)
+_backend.register(DeviceArray, FAKE)
+
+
+def _fill(x, xp):
+    F = np.zeros(x.shape, like=x)
+    F[1:] = x[:-1] * x[1:]
+    F[0] = x[0] ** 2
+    return F
+
+
+def _roll_stencil(x, xp):
+    east = xp.asarray(np.roll(np.arange(x.size), -1))
+    return x * x[east] - np.exp(-x)
+
+
+#: programs ``f(x, xp)`` of one array; ``xp`` (numpy or the fake device) makes
+#: the constants they need where ``x`` lives
+PROGRAMS = {
+    "scale": lambda x, xp: 2.0 * x - 1.0,
+    "product": lambda x, xp: x * x[::-1],
+    "exp_log": lambda x, xp: np.exp(x) + np.log1p(x * x),
+    "divide_power": lambda x, xp: 1.0 / (1.0 + x) + x ** 3,
+    "slices": lambda x, xp: x[1:] - x[:-1],
+    "fancy": lambda x, xp: x[xp.asarray(np.array([3, 1, 0, 3]))] ** 2,
+    "roll": lambda x, xp: np.roll(x, 2) * x,
+    "stencil": _roll_stencil,
+    "concatenate": lambda x, xp: np.concatenate([x[:2], x[3:] ** 2]),
+    "stack": lambda x, xp: np.stack([x, np.sin(x)]),
+    "reshape_sum": lambda x, xp: (x.reshape(2, -1) ** 2).sum(axis=0),
+    "where": lambda x, xp: np.where(x > 0.5, x, -x * x),
+    "maximum": lambda x, xp: np.maximum(x, 0.5) * x,
+    "diff_cumsum": lambda x, xp: np.diff(np.cumsum(x) ** 2),
+    "pad": lambda x, xp: np.pad(x, 1) * 2.0,
+    "tile": lambda x, xp: np.tile(x, 2),
+    "clip": lambda x, xp: np.clip(x, 0.2, 0.8),
+    "matvec": lambda x, xp: xp.asarray(np.arange(12.0).reshape(2, 6)) @ x,
+    "constant_product": lambda x, xp: xp.asarray(np.arange(6.0)) * x,
+    "piecewise_constant": lambda x, xp: np.floor(3 * x),
+    "assembly": _fill,
+}
+
+
+def _device_seed(x0, *more):
+    return forward.seed(fake.asarray(x0), *(fake.asarray(m) for m in more))
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program_stays_on_the_device_and_matches_the_cpu(name):
+    f = PROGRAMS[name]
+    x0 = np.linspace(0.1, 1.0, 6)
+    x = _device_seed(x0)
+    assert x._jacobian.seed.backend is FAKE
+    y = f(x, fake)
+    assert isinstance(y.value, DeviceArray)
+    expected = f(forward.seed(x0), np)
+    np.testing.assert_allclose(fake.asnumpy(y.value), expected.value, rtol=1e-15)
+    J, J_cpu = y.dvalue, expected.dvalue
+    assert J.shape == J_cpu.shape
+    # the same pattern, stored zeros included, and the same values
+    assert np.array_equal(J.indptr, J_cpu.indptr)
+    assert np.array_equal(J.indices, J_cpu.indices)
+    np.testing.assert_allclose(J.data, J_cpu.data, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("name", ["product", "stencil", "where", "assembly"])
+def test_sparsity_mode_on_the_device(name):
+    f = PROGRAMS[name]
+    x0 = np.linspace(0.1, 1.0, 6)
+    pattern = f(forward.seed_sparsity(fake.asarray(x0)), fake).sparsity
+    expected = f(forward.seed_sparsity(x0), np).sparsity
+    assert pattern.dtype == np.bool_
+    assert (pattern != expected).nnz == 0
+
+
+def test_complex_and_float32_values_on_the_device():
+    for dtype in (np.complex128, np.float32):
+        x0 = (np.linspace(0.1, 1.0, 6) * (1 + 0.5j if dtype == np.complex128 else 1)
+              ).astype(dtype)
+        y = PROGRAMS["product"](_device_seed(x0), fake)
+        expected = PROGRAMS["product"](forward.seed(x0), np)
+        assert y.value.dtype == dtype and y.dvalue.dtype == dtype
+        np.testing.assert_allclose(y.dvalue.toarray(), expected.dvalue.toarray(), rtol=1e-6)
+
+
+def test_several_device_arrays_seeded_together():
+    a, b = _device_seed(np.array([1.0, 2.0]), np.array([3.0, 4.0, 5.0]))
+    y = a * b[:2] + b[2]
+    assert isinstance(y.value, DeviceArray)
+    np.testing.assert_array_equal(y.dvalue.toarray(), [[3.0, 0.0, 1.0, 0.0, 1.0],
+                                                       [0.0, 4.0, 0.0, 2.0, 1.0]])
+
+
+def test_host_and_device_arrays_are_not_seeded_together():
+    with pytest.raises(TypeError, match="different devices"):
+        forward.seed(np.ones(2), fake.asarray(np.ones(2)))
+
+
+def test_host_constants_mixed_with_device_values_are_refused():
+    # as on CuPy: a host array next to a device value is an error, not a transfer
+    x = _device_seed(np.ones(3))
+    with pytest.raises(TypeError, match="host array mixed with device array"):
+        x * np.arange(3.0)
+
+
+def test_seeding_keeps_the_user_array_unchanged_and_private():
+    x0 = fake.asarray(np.linspace(0.0, 1.0, 4))
+    x = forward.seed(x0)
+    x0[0] = 99.0
+    assert fake.asnumpy(x.value)[0] == 0.0
+
+
+def test_cpu_arrays_keep_the_cpu_backend():
+    assert _backend.of(np.ones(2)) is _backend.CPU
+    assert _backend.of([1.0, 2.0]) is _backend.CPU
+    assert forward.seed(np.ones(2))._jacobian.seed.backend is _backend.CPU
+
+
+def test_gpu_module_without_a_gpu_says_so():
+    if gpu.available():
+        pytest.skip("a GPU is available")
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        gpu.seed(np.ones(3))
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        gpu.seed_sparsity(np.ones(3))
+
+
+def test_register_refuses_what_is_not_a_backend():
+    with pytest.raises(TypeError, match="Backend"):
+        _backend.register(DeviceArray, object())
+
+
+# ---------------------------------------------------------------- real CuPy arrays
+
+@pytest.fixture
+def cupy():
+    if not gpu.available():
+        pytest.skip("no CuPy or no CUDA device")
+    import cupy
+    return cupy
+
+
+@pytest.mark.parametrize("name", ["scale", "product", "exp_log", "slices", "roll",
+                                  "concatenate", "where", "reshape_sum", "pad"])
+def test_program_on_a_real_gpu(cupy, name):  # pragma: no cover - needs a GPU
+    f = PROGRAMS[name]
+    x0 = np.linspace(0.1, 1.0, 6)
+    y = f(gpu.seed(x0), cupy)
+    assert isinstance(y.value, cupy.ndarray)
+    J = y.dvalue
+    expected = f(forward.seed(x0), np).dvalue
+    np.testing.assert_allclose(J.toarray().get(), expected.toarray(), rtol=1e-13)
+    assert sparsegrad.gpu.backend().name == "cuda"
