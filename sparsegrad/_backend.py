@@ -68,7 +68,8 @@ class Backend:
 #: numpy arrays, scipy.sparse matrices, the compiled (or reference) kernels
 CPU = Backend("cpu", np, None, _cpu_kernels)
 
-_REGISTRY = {}
+# (ndarrays and Python numbers first: the common case is one dict lookup)
+_REGISTRY = {np.ndarray: CPU, float: CPU, int: CPU, complex: CPU, bool: CPU}
 
 
 def register(array_type, backend):
