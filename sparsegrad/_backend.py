@@ -21,7 +21,7 @@ import numpy as np
 
 from ._fast import kernels as _cpu_kernels
 
-__all__ = ["Backend", "CPU", "of", "register", "asarray"]
+__all__ = ["Backend", "CPU", "of", "register", "asarray", "to_host"]
 
 
 class Backend:
@@ -100,3 +100,13 @@ def asarray(x):
     for an array of a registered device (where ``np.asarray`` would copy to the
     host, or raise as CuPy does)."""
     return np.asarray(x) if of(x) is CPU else x
+
+
+def to_host(x):
+    """``x`` as a numpy array: device arrays are copied to the host (``xp.asnumpy``).
+
+    For the row bookkeeping, which lives on the host: an index array the user
+    made on the device is brought back to say which rows are gathered.
+    """
+    backend = of(x)
+    return np.asarray(x) if backend is CPU else backend.xp.asnumpy(x)

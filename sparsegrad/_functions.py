@@ -114,6 +114,12 @@ def create(function, like, args, kwargs):
     return result
 
 
+def _host(indices):
+    """User index arrays as the host row bookkeeping needs them."""
+    return _backend.to_host(indices) if isinstance(indices, np.ndarray) or hasattr(
+        indices, "shape") else indices
+
+
 # ---- data movement -----------------------------------------------------------------
 def _move(apply, operands):
     """Apply a data-movement function to values and to Jacobian row numbers.
@@ -197,14 +203,15 @@ def _diag(v, k=0):
 def _take(a, indices, axis=None, out=None, mode="raise"):
     _refuse("take", out=out)
     indices = nvalue(indices)
-    return _move(lambda arrays, rows: np.take(arrays[0], indices, axis=axis, mode=mode),
-                 [a])
+    return _move(lambda arrays, rows: np.take(arrays[0], _host(indices) if rows else indices,
+                                              axis=axis, mode=mode), [a])
 
 
 @implements(np.take_along_axis)
 def _take_along_axis(arr, indices, axis=-1):
     indices = nvalue(indices)
-    return _move(lambda arrays, rows: np.take_along_axis(arrays[0], indices, axis), [arr])
+    return _move(lambda arrays, rows: np.take_along_axis(
+        arrays[0], _host(indices) if rows else indices, axis), [arr])
 
 
 def _register_atleast():
@@ -278,7 +285,8 @@ def _imag(val):
     if not isinstance(val, value):
         return np.imag(val)
     if not np.iscomplexobj(val._value):
-        return make(np.zeros_like(val._value), jac.zero(val._jacobian.seed, val.size))
+        return make(np.zeros(val.shape, val.dtype, like=val._value),
+                    jac.zero(val._jacobian.seed, val.size))
     check_inexact_seed("numpy.imag", [val])
     from ._ufuncs import real_part
     return make(np.imag(val._value), real_part(jac.scale(val._jacobian, -1j)))
@@ -647,7 +655,7 @@ def _exclusive_products(x, axes):
     lines = moved.reshape(moved.shape[:moved.ndim - len(axes)] + (-1,))
     if lines.shape[-1] == 0:
         return np.ones_like(x)
-    ones = np.ones(lines.shape[:-1] + (1,), dtype=x.dtype)
+    ones = np.ones(lines.shape[:-1] + (1,), dtype=x.dtype, like=x)
     left = np.cumprod(np.concatenate([ones, lines[..., :-1]], axis=-1), axis=-1)
     right = np.cumprod(np.concatenate([ones, lines[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
     products = (left * right).reshape(moved.shape)
@@ -666,11 +674,11 @@ def _cumprod(a, axis=None, dtype=None, out=None, **kwargs):
     n = xv.shape[-1]
     # coefficient[..., i, j] = prod_{k <= i, k != j} x_k for j <= i, as
     # (prod_{k < j} x_k) * (prod_{j < k <= i} x_k), without division
-    ones = np.ones(xv.shape[:-1] + (1,), dtype=xv.dtype)
+    ones = np.ones(xv.shape[:-1] + (1,), dtype=xv.dtype, like=xv)
     before = np.cumprod(np.concatenate([ones, xv[..., :-1]], axis=-1), axis=-1)
-    below = np.tril(np.ones((n, n), dtype=bool), -1)
+    below = np.tril(np.ones((n, n), dtype=bool, like=xv), -1)
     after = np.cumprod(np.where(below, xv[..., :, None], 1), axis=-2)
-    lower = np.tril(np.ones((n, n), dtype=bool))
+    lower = np.tril(np.ones((n, n), dtype=bool, like=xv))
     coefficient = np.where(lower, before[..., None, :] * after, 0)
     batch = _LETTERS[:xv.ndim - 1]
     moved = _structural_linear([batch + "YZ", batch + "Z"], batch + "Y",
@@ -705,7 +713,7 @@ def _select_reduction(a, axis, keepdims, argfunction, function, name, initial, w
     kept = moved_values.shape[:a.ndim - len(axes)]
     lines = moved_values.reshape(kept + (-1,))
     rows = np.moveaxis(row_index(a.shape), axes, range(-len(axes), 0)).reshape(kept + (-1,))
-    chosen = argfunction(lines, axis=-1)[..., None]
+    chosen = _backend.to_host(argfunction(lines, axis=-1)[..., None])  # (rows: host)
     selected = jac.take_rows(a._jacobian, np.take_along_axis(rows, chosen, -1).ravel())
     union, _ = _sum_jacobian(a, axis, keepdims)
     return make(_backend.asarray(result), jac.add([selected, jac.structural_zeros(union)]))

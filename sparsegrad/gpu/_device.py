@@ -72,6 +72,13 @@ def _plain(value):
     return value.view(np.ndarray) if isinstance(value, DeviceArray) else value
 
 
+def _plain_all(obj):
+    """``obj`` with every DeviceArray in it (lists and tuples searched) as a plain array."""
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain_all(item) for item in obj)
+    return _plain(obj)
+
+
 def _on_device(result):
     """Arrays in ``result`` (tuples and lists searched) as DeviceArrays."""
     if isinstance(result, np.ndarray) and not isinstance(result, DeviceArray):
@@ -112,8 +119,13 @@ class DeviceArray(np.ndarray):
         return None if method == "at" else _on_device(result)
 
     def __array_function__(self, func, types, args, kwargs):
+        if any(not issubclass(t, np.ndarray) for t in types):
+            return NotImplemented  # an overriding type (a forward value) decides
         _refuse_host("numpy." + func.__name__, args, tuple(kwargs.values()))
-        return _on_device(super().__array_function__(func, types, args, kwargs))
+        # numpy's implementation runs on plain arrays: what it mixes inside is its own
+        # business (CuPy implements these functions natively)
+        return _on_device(func(*_plain_all(args),
+                               **{k: _plain_all(v) for k, v in kwargs.items()}))
 
     def __getitem__(self, key):
         _refuse_host("indexing", key)
