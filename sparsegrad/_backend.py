@@ -61,6 +61,16 @@ class Backend:
             self._sparse = scipy.sparse
         return self._sparse
 
+    @property
+    def linalg(self):
+        """The sparse linear algebra module (``scipy.sparse.linalg``,
+        ``cupyx.scipy.sparse.linalg``): ``spsolve``, ``gmres``..."""
+        linalg = getattr(self.sparse, "linalg", None)
+        if linalg is None:
+            import importlib
+            linalg = importlib.import_module(self.sparse.__name__ + ".linalg")
+        return linalg
+
     def __repr__(self):
         return "<sparsegrad backend %s>" % self.name
 

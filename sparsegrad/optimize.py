@@ -22,6 +22,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 from scipy.optimize import OptimizeResult
 
+from . import _backend
 from ._api import value_and_jacobian
 from ._value import is_forward as _is_forward
 
@@ -122,6 +123,27 @@ def _linear_solver(linear_solver, options):
                      "'gmres', 'bicgstab' or a callable, not %r" % (linear_solver,))
 
 
+def _device_solver(backend, linear_solver, options):
+    """``solve(J, b)`` on a device: its sparse direct solver, or its GMRES."""
+    if callable(linear_solver):
+        return linear_solver, getattr(linear_solver, "__name__", "callable")
+    linalg = backend.linalg
+    if linear_solver in ("direct", "auto", "spsolve"):
+        return (lambda J, b: linalg.spsolve(J, b)), "spsolve on %s" % backend.name
+    if linear_solver == "gmres":
+        def solve(J, b):
+            step, info = linalg.gmres(J, b, tol=options.get("rtol", 1e-10), atol=0.0,
+                                      restart=options.get("restart", 50),
+                                      maxiter=options.get("maxiter"))
+            if info != 0:
+                raise _LinearSolveError("gmres did not converge (info=%d)" % info)
+            return step
+        return solve, "gmres on %s" % backend.name
+    raise ValueError("linear_solver=%r is not available for arrays on the %s device: "
+                     "use 'direct' (its spsolve), 'gmres' or a callable"
+                     % (linear_solver, backend.name))
+
+
 def _checked_solve(solve, J, b):
     """``solve(J, b)``, turning every sign of a singular system into _LinearSolveError."""
     with warnings.catch_warnings():
@@ -135,7 +157,7 @@ def _checked_solve(solve, J, b):
         except (RuntimeError, ValueError, ArithmeticError, np.linalg.LinAlgError,
                 scipy.sparse.linalg.MatrixRankWarning, RuntimeWarning) as error:
             raise _LinearSolveError("%s: %s" % (type(error).__name__, error))
-    step = np.asarray(step).reshape(-1)
+    step = _backend.asarray(step).reshape(-1)
     if not np.all(np.isfinite(step)):
         raise _LinearSolveError("the Newton step is not finite")
     return step
@@ -176,7 +198,10 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         (see :func:`direct_solvers`); ``"splu"``, ``"umfpack"``, ``"pardiso"``
         to choose one; ``"gmres"`` or ``"bicgstab"``: SciPy's Krylov method
         with an incomplete-LU preconditioner (``spilu``); or a callable
-        ``solve(J, b)`` returning the solution of ``J dx = b``.
+        ``solve(J, b)`` returning the solution of ``J dx = b``.  For ``x0``
+        on a GPU (a CuPy array; the iteration then stays on the device):
+        ``"direct"`` is ``cupyx.scipy.sparse.linalg.spsolve``, ``"gmres"``
+        its GMRES (no preconditioner), or a callable.
     linear_options : dict, optional
         For the Krylov methods: ``rtol`` (default 1e-10), ``maxiter``,
         ``restart`` (gmres, default 50), ``drop_tol`` and ``fill_factor``
@@ -252,14 +277,22 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     (array([2., 3.]), array([[0.25  , 0.    ],
            [0.    , 0.1667]]))
     """
-    x = np.array(x0, dtype=np.result_type(np.asarray(x0).dtype, np.float64), copy=True)
+    backend = _backend.of(x0)
+    if backend is _backend.CPU:
+        x = np.array(x0, dtype=np.result_type(np.asarray(x0).dtype, np.float64), copy=True)
+    else:  # a device array (CuPy): the iteration stays on the device
+        x = backend.xp.asarray(x0).astype(np.result_type(x0.dtype, np.float64), copy=True)
     shape = x.shape
     if not np.all(np.isfinite(x)):
         raise ValueError("sparsegrad.optimize.newton: x0 is not finite")
     if tol < 0 or xtol < 0 or not 0 < min_damping <= 1 or maxiter < 0:
         raise ValueError("sparsegrad.optimize.newton: need tol >= 0, xtol >= 0, "
                          "0 < min_damping <= 1 and maxiter >= 0")
-    solve, solver_name = _linear_solver(linear_solver, dict(linear_options or {}))
+    if backend is _backend.CPU:
+        solve, solver_name = _linear_solver(linear_solver, dict(linear_options or {}))
+    else:
+        solve, solver_name = _device_solver(backend, linear_solver,
+                                            dict(linear_options or {}))
     args = tuple(args)
     parameter_args = args
     if any(_is_forward(a) for a in args):
@@ -271,12 +304,16 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     elif sensitivity:
         raise ValueError("sparsegrad.optimize.newton: sensitivity=True needs forward "
                          "values among args (the parameters, from forward.seed)")
+    if sensitivity and backend is not _backend.CPU:
+        raise NotImplementedError("sparsegrad.optimize.newton: sensitivity=True is not "
+                                  "available on the %s device yet (it factorises with "
+                                  "SciPy's SuperLU on the host)" % backend.name)
     evaluate = value_and_jacobian(F)
     counts = {"nfev": 0, "njev": 0}
 
     def residual(x_flat):
         counts["nfev"] += 1
-        f = np.asarray(F(x_flat.reshape(shape), *args))
+        f = _backend.asarray(F(x_flat.reshape(shape), *args))
         return f
 
     def residual_and_jacobian(x_flat):

@@ -12,6 +12,7 @@ same programs on a real GPU and skip without CuPy and a CUDA device.
 import numpy as np
 import pytest
 import scipy.sparse
+import scipy.sparse.linalg
 
 import sparsegrad
 from sparsegrad import _backend, forward, gpu
@@ -28,6 +29,21 @@ class _FakeSparse:
                                        shape=shape, copy=copy)
 
 
+class _FakeLinalg:
+    """The fake device's ``cupyx.scipy.sparse.linalg``, by SciPy on the host."""
+
+    @staticmethod
+    def spsolve(J, b):
+        return fake.asarray(scipy.sparse.linalg.spsolve(J.tocsc(), fake.asnumpy(b)))
+
+    @staticmethod
+    def gmres(J, b, tol, atol, restart, maxiter):
+        step, info = scipy.sparse.linalg.gmres(J, fake.asnumpy(b), rtol=tol, atol=atol,
+                                               restart=restart, maxiter=maxiter)
+        return fake.asarray(step), info
+
+
+_FakeSparse.linalg = _FakeLinalg
 FAKE = _backend.Backend("fake", fake, _FakeSparse, _kernels)
 _backend.register(DeviceArray, FAKE)
 
@@ -217,6 +233,38 @@ def test_seeding_keeps_the_user_array_unchanged_and_private():
     x = forward.seed(x0)
     x0[0] = 99.0
     assert fake.asnumpy(x.value)[0] == 0.0
+
+
+@pytest.mark.parametrize("linear_solver", ["direct", "gmres"])
+def test_newton_iterates_on_the_device(linear_solver):
+    n = 30
+    h2 = (1.0 / (n + 1)) ** 2
+    source = fake.asarray(np.linspace(1.0, 2.0, n))
+
+    def F(u):  # a 1-d Bratu-like problem with its constants on the device
+        padded = np.concatenate([np.zeros(1, like=u), u, np.zeros(1, like=u)])
+        return (padded[:-2] - 2 * u + padded[2:]) / h2 + source * np.exp(u)
+
+    result = sparsegrad.optimize.newton(F, fake.zeros(n), linear_solver=linear_solver)
+    assert result.success, result.message
+    assert isinstance(result.x, DeviceArray)
+    source_host = fake.asnumpy(source)
+
+    def F_host(u):
+        padded = np.concatenate([[0.0], u, [0.0]])
+        return (padded[:-2] - 2 * u + padded[2:]) / h2 + source_host * np.exp(u)
+
+    expected = sparsegrad.optimize.newton(F_host, np.zeros(n))
+    np.testing.assert_allclose(fake.asnumpy(result.x), expected.x, rtol=1e-9, atol=1e-12)
+
+
+def test_newton_on_the_device_refuses_host_only_options():
+    with pytest.raises(ValueError, match="not available for arrays on the fake device"):
+        sparsegrad.optimize.newton(lambda u: u - 1.0, fake.zeros(3), linear_solver="splu")
+    p = forward.seed(np.ones(3))
+    with pytest.raises(NotImplementedError, match="sensitivity"):
+        sparsegrad.optimize.newton(lambda u, p: u - p, fake.zeros(3), args=(p,),
+                                   sensitivity=True)
 
 
 def test_cpu_arrays_keep_the_cpu_backend():
