@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from sparsegrad import forward
+from sparsegrad import _backend, forward
+from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
 from sparsegrad.testing import numerical_jacobian
 
 MAX_SIZE = 32
@@ -62,6 +63,23 @@ class Program:
             self.x0.shape, "; ".join(desc for desc, _ in self.steps))
 
 
+def _here(obj, like):
+    """A host constant (array, or index tuple holding arrays) where ``like`` lives.
+
+    Programs are built on the host; run on a device (the fake device below),
+    their constants must be there too, as CuPy code would create them.
+    """
+    array = like.value if isinstance(like, forward.value) else like
+    backend = _backend.of(array)
+    if backend is _backend.CPU:
+        return obj
+    if isinstance(obj, tuple):
+        return tuple(_here(item, like) for item in obj)
+    if isinstance(obj, np.ndarray) and obj.ndim > 0:
+        return backend.xp.asarray(obj)
+    return obj
+
+
 def _const(rng, shape):
     return rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
 
@@ -96,11 +114,11 @@ def _binary_const(draw, rng, cur, hist):
     if shape == () and draw(st.booleans()):
         const = float(const)
     if name == "divide":
-        return "v / const%s" % (shape,), lambda c, h: c / const
+        return "v / const%s" % (shape,), lambda c, h: c / _here(const, c)
     op = BINARY[name]
     if draw(st.booleans()):
-        return "%s(const%s, v)" % (name, shape), lambda c, h: op(const, c)
-    return "%s(v, const%s)" % (name, shape), lambda c, h: op(c, const)
+        return "%s(const%s, v)" % (name, shape), lambda c, h: op(_here(const, c), c)
+    return "%s(v, const%s)" % (name, shape), lambda c, h: op(c, _here(const, c))
 
 
 def _binary_hist(draw, rng, cur, hist):
@@ -139,7 +157,7 @@ def _index(draw, rng, cur, hist):
         index = (Ellipsis, draw(st.integers(-cur.shape[-1], cur.shape[-1] - 1)))
     else:
         index = (slice(None),) * draw(st.integers(0, cur.ndim)) + (None,)
-    return "v[%r]" % (index,), lambda c, h: c[index]
+    return "v[%r]" % (index,), lambda c, h: c[_here(index, c)]
 
 
 def _factor_shape(draw, size):
@@ -209,7 +227,7 @@ def _join(draw, rng, cur, hist):
             shape = list(cur.shape)
             shape[axis] = draw(st.integers(1, 3))
             const = _const(rng, tuple(shape))
-            other = lambda h: const                         # noqa: E731
+            other = lambda h: _here(const, h[0])            # noqa: E731
             desc = "const%s" % (tuple(shape),)
         if first:
             return ("concatenate([v, %s], axis=%d)" % (desc, axis),
@@ -223,7 +241,7 @@ def _join(draw, rng, cur, hist):
         desc = "h[%d]" % j
     else:
         const = _const(rng, cur.shape)
-        other = lambda h: const                             # noqa: E731
+        other = lambda h: _here(const, h[0])                # noqa: E731
         desc = "const"
     pieces = (lambda c, h: [c, other(h)]) if first else (lambda c, h: [other(h), c])
     return "stack(%s, axis=%d)" % (desc, axis), lambda c, h: np.stack(pieces(c, h), axis=axis)
@@ -239,13 +257,13 @@ def _where(draw, rng, cur, hist):
         other = lambda h: value                             # noqa: E731
     elif kind == "const":
         const = _const(rng, cur.shape)
-        other = lambda h: const                             # noqa: E731
+        other = lambda h: _here(const, h[0])                # noqa: E731
     else:
         j = draw(st.sampled_from(same))
         other = lambda h: h[j]                              # noqa: E731
     if draw(st.booleans()):
-        return "where(mask, v, %s)" % kind, lambda c, h: np.where(mask, c, other(h))
-    return "where(mask, %s, v)" % kind, lambda c, h: np.where(mask, other(h), c)
+        return "where(mask, v, %s)" % kind, lambda c, h: np.where(_here(mask, c), c, other(h))
+    return "where(mask, %s, v)" % kind, lambda c, h: np.where(_here(mask, c), other(h), c)
 
 
 @st.composite
@@ -347,3 +365,22 @@ def test_product_with_zero_factor_stores_entry():
     structural = numerical_jacobian(f, np.arange(1.0, 7.0).reshape(2, 3), method="complex") != 0
     assert np.array_equal(_stored_mask(y), structural)
     assert _stored(s, "sparsity") == _stored(y)
+
+
+@settings(**SETTINGS)
+@given(programs())
+def test_random_program_on_the_fake_device(program):
+    """The same programs with the seed on a device: the device path of the forward
+    logic (``sparsegrad._backend``) gives the CPU's value and Jacobian, and every
+    value stays on the device (the fake device refuses host arrays as CuPy does)."""
+    fake_backend()
+    x0 = program.x0
+    expected = program(forward.seed(x0))
+    y = program(forward.seed(fake.asarray(x0)))
+    assert isinstance(y.value, DeviceArray)
+    assert_allclose(fake.asnumpy(y.value), expected.value, rtol=1e-13, atol=1e-13)
+    assert _stored(y) == _stored(expected)
+    assert_allclose(sp.csr_matrix(y.dvalue).data, sp.csr_matrix(expected.dvalue).data,
+                    rtol=1e-12, atol=1e-13)
+    assert _stored(program(forward.seed_sparsity(fake.asarray(x0))), "sparsity") == \
+        _stored(expected)

@@ -42,8 +42,10 @@ TypeError: host array mixed with device array in numpy.add (move it with fake.as
 array([0, 2, 4])
 """
 import numpy as np
+import scipy.sparse
+import scipy.sparse.linalg
 
-__all__ = ["DeviceArray", "FakeDevice", "fake"]
+__all__ = ["DeviceArray", "FakeDevice", "fake", "fake_backend"]
 
 
 def _host_arrays(values):
@@ -80,7 +82,10 @@ def _plain_all(obj):
 
 
 def _on_device(result):
-    """Arrays in ``result`` (tuples and lists searched) as DeviceArrays."""
+    """Arrays in ``result`` (tuples and lists searched) as DeviceArrays; numpy
+    scalars become 0-d DeviceArrays, as CuPy's reductions and indexing give."""
+    if isinstance(result, np.generic):
+        return np.asarray(result).view(DeviceArray)
     if isinstance(result, np.ndarray) and not isinstance(result, DeviceArray):
         return result.view(DeviceArray)
     if isinstance(result, (tuple, list)):
@@ -129,7 +134,7 @@ class DeviceArray(np.ndarray):
 
     def __getitem__(self, key):
         _refuse_host("indexing", key)
-        return super().__getitem__(key)
+        return _on_device(super().__getitem__(key))
 
     def __setitem__(self, key, value):
         _refuse_host("indexing", key, value)
@@ -248,3 +253,54 @@ class FakeDevice:
 
 #: the namespace of :class:`DeviceArray` arrays
 fake = FakeDevice()
+
+
+# ---- the fake device as a sparsegrad backend ------------------------------------
+
+class _FakeSparse:
+    """The fake device's ``cupyx.scipy.sparse``: matrices are built on the host."""
+
+    @staticmethod
+    def csr_matrix(arrays, shape=None, copy=False):
+        return scipy.sparse.csr_matrix(tuple(fake.asnumpy(a) for a in arrays),
+                                       shape=shape, copy=copy)
+
+
+class _FakeLinalg:
+    """The fake device's ``cupyx.scipy.sparse.linalg``, by SciPy on the host."""
+
+    @staticmethod
+    def spsolve(J, b):
+        return fake.asarray(scipy.sparse.linalg.spsolve(J.tocsc(), fake.asnumpy(b)))
+
+    @staticmethod
+    def gmres(J, b, tol, atol, restart, maxiter):
+        step, info = scipy.sparse.linalg.gmres(J, fake.asnumpy(b), rtol=tol, atol=atol,
+                                               restart=restart, maxiter=maxiter)
+        return fake.asarray(step), info
+
+
+_FakeSparse.linalg = _FakeLinalg
+_BACKEND = None
+
+
+def fake_backend():
+    """The fake device as a sparsegrad backend, registered for :class:`DeviceArray`.
+
+    Its kernels are the device kernels (:mod:`sparsegrad.gpu._kernels`); its
+    sparse module builds ``.dvalue`` as a SciPy matrix on the host and solves
+    with SciPy (the fake's ``cupyx.scipy.sparse``).  Seeding a DeviceArray
+    then runs sparsegrad's device path on the CPU.
+
+    >>> from sparsegrad import forward
+    >>> b = fake_backend()
+    >>> forward.seed(fake.asarray([1.0, 2.0]))._jacobian.seed.backend is b
+    True
+    """
+    global _BACKEND
+    if _BACKEND is None:
+        from .. import _backend
+        from . import _kernels
+        _BACKEND = _backend.Backend("fake", fake, _FakeSparse, _kernels)
+        _backend.register(DeviceArray, _BACKEND)
+    return _BACKEND
