@@ -268,6 +268,7 @@ def cupy():
     return cupy
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["scale", "product", "exp_log", "slices", "roll",
                                   "concatenate", "where", "reshape_sum", "pad"])
 def test_program_on_a_real_gpu(cupy, name):  # pragma: no cover - needs a GPU

@@ -19,8 +19,38 @@ including the fake device of :mod:`sparsegrad.gpu._device` on the CPU.
 >>> type(indptr).__name__, indices.tolist()
 ('DeviceArray', [2, 0])
 """
-from .._fast._reference import (coo_to_csr, gather_rows, matmul, merge_scaled, scale_rows,
-                                selection_csr)
+from .._fast import _reference
+from .._fast._reference import coo_to_csr, matmul, merge_scaled, selection_csr
+from . import _cuda
+
+
+def scale_rows(indptr, data, scale):
+    """The reference ``scale_rows``; its CUDA kernel on CuPy arrays when opted in
+    (:mod:`sparsegrad.gpu._cuda`)."""
+    if _cuda.enabled(indptr, data, scale):
+        out = _cuda.scale_rows(indptr, data, scale)
+        if out is not None:
+            return out
+    return _reference.scale_rows(indptr, data, scale)
+
+
+def gather_rows(indptr, indices, data, rows):
+    """The reference ``gather_rows``; the source positions by a CUDA kernel on CuPy
+    arrays when opted in (:mod:`sparsegrad.gpu._cuda`)."""
+    if not _cuda.enabled(indptr, indices, data, rows):
+        return _reference.gather_rows(indptr, indices, data, rows)
+    import cupy
+    rows = cupy.asarray(rows, dtype=cupy.int64)
+    n_rows = len(indptr) - 1
+    if len(rows) and bool((rows.min() < -1) | (rows.max() >= n_rows)):
+        return _reference.gather_rows(indptr, indices, data, rows)  # raises as numpy does
+    starts = indptr[rows]
+    counts = cupy.where(rows >= 0, indptr[rows + 1] - starts, 0)
+    new_indptr = cupy.zeros(len(rows) + 1, dtype=cupy.int64)
+    cupy.cumsum(counts, out=new_indptr[1:])
+    source = _cuda.row_sources(new_indptr, starts)
+    return new_indptr, indices[source], None if data is None else data[source]
+
 
 __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
            "selection_csr"]
