@@ -92,3 +92,34 @@ def _suites(base, suffix):
 # ShallowWater, PoissonBoltzmann, Bratu, DriftDiffusion and their *Ratios twins
 globals().update(_suites(_Suite, ""))
 globals().update(_suites(_Ratios, "Ratios"))
+
+
+class BratuGPU:
+    """2-d Bratu on a CUDA device (CuPy): the residual, and value+Jacobian by
+    ``sparsegrad.gpu.seed``.  Skipped without CuPy and a device (setup raises
+    NotImplementedError, asv's skip).  Every timed call ends with a stream
+    synchronisation, so the time is the device's, not the launch's."""
+
+    param_names = ["size"]
+    params = [[300, 1000, 2000]]
+    timeout = 600
+
+    def setup(self, n):
+        from sparsegrad import gpu
+        if not gpu.available():
+            raise NotImplementedError("no CUDA device")
+        import cupy
+        self.cupy = cupy
+        self.gpu = gpu
+        self.residual, x0 = problems.get("bratu").setup(n)
+        self.x0 = cupy.asarray(x0)
+        self.residual(self.gpu.seed(self.x0)).dvalue      # compile and warm up
+        cupy.cuda.Stream.null.synchronize()
+
+    def time_residual(self, n):
+        self.residual(self.x0)
+        self.cupy.cuda.Stream.null.synchronize()
+
+    def time_value_and_jacobian(self, n):
+        self.residual(self.gpu.seed(self.x0)).dvalue
+        self.cupy.cuda.Stream.null.synchronize()
