@@ -114,6 +114,14 @@ def create(function, like, args, kwargs):
     return result
 
 
+def _beside(indices, array):
+    """User index arrays on the device of ``array`` (host index lists moved there)."""
+    backend = _backend.of(array)
+    if backend is _backend.CPU or _backend.of(indices) is backend:
+        return indices
+    return backend.xp.asarray(indices)
+
+
 def _host(indices):
     """User index arrays as the host row bookkeeping needs them."""
     return _backend.to_host(indices) if isinstance(indices, np.ndarray) or hasattr(
@@ -203,15 +211,16 @@ def _diag(v, k=0):
 def _take(a, indices, axis=None, out=None, mode="raise"):
     _refuse("take", out=out)
     indices = nvalue(indices)
-    return _move(lambda arrays, rows: np.take(arrays[0], _host(indices) if rows else indices,
-                                              axis=axis, mode=mode), [a])
+    return _move(lambda arrays, rows: np.take(
+        arrays[0], _host(indices) if rows else _beside(indices, arrays[0]), axis=axis,
+        mode=mode), [a])
 
 
 @implements(np.take_along_axis)
 def _take_along_axis(arr, indices, axis=-1):
     indices = nvalue(indices)
     return _move(lambda arrays, rows: np.take_along_axis(
-        arrays[0], _host(indices) if rows else indices, axis), [arr])
+        arrays[0], _host(indices) if rows else _beside(indices, arrays[0]), axis), [arr])
 
 
 def _register_atleast():
@@ -232,7 +241,9 @@ _PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
 def _pad(array, pad_width, mode="constant", **kwargs):
     if mode not in _PAD_MODES:
         raise unsupported("numpy.pad", "mode=%r (supported: %s)" % (mode, ", ".join(_PAD_MODES)))
-    pad_width = nvalue(pad_width)
+    # (plain Python numbers: numpy and CuPy both take them; a host array would not
+    # mix with device values)
+    pad_width = _backend.to_host(nvalue(pad_width)).tolist()
 
     def apply(arrays, rows):
         options = dict(kwargs)
@@ -796,6 +807,8 @@ def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
             shape = list(np.shape(nvalue(a)))
             shape[axis] = 1
             if np.ndim(nvalue(extra)) == 0:
+                if not isinstance(extra, value):  # (a number: made where a lives)
+                    extra = np.asarray(extra, like=nvalue(a))
                 extra = np.broadcast_to(extra, shape)
             pieces.append(extra)
     x = np.concatenate(pieces, axis=axis) if len(pieces) > 1 else a

@@ -40,16 +40,22 @@ def _x(shape, *key):
     return rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
 
 
+#: where the constants of the cases live: numpy, or the fake device's namespace
+#: while a case runs on the device (test_case_on_the_fake_device)
+_CONSTANTS = {"xp": np}
+
+
 def _c(shape, k=0):
-    """A deterministic constant of ``shape``."""
+    """A deterministic constant of ``shape`` (made where the case runs)."""
     shape = tuple(np.atleast_1d(shape)) if np.ndim(shape) else (shape,)
     size = int(np.prod(shape, dtype=np.int64))
-    return (np.cos(1.3 * np.arange(size) + k) + 0.25 * k).reshape(shape)
+    return _CONSTANTS["xp"].asarray(
+        (np.cos(1.3 * np.arange(size) + k) + 0.25 * k).reshape(shape))
 
 
 def _mask(shape, k=0):
     size = int(np.prod(shape, dtype=np.int64))
-    return ((np.arange(size) * 7 + k) % 3 != 0).reshape(shape)
+    return _CONSTANTS["xp"].asarray(((np.arange(size) * 7 + k) % 3 != 0).reshape(shape))
 
 
 def _dense(d, value_size, seed_size):
@@ -134,7 +140,7 @@ case("concatenate-axisNone",
      lambda x: np.concatenate([x, _c((2, 2))], axis=None), [S0, S1, S2, S3, E1])
 case("concatenate-two-forward", lambda x: np.concatenate([x, np.sin(x)[::-1]]), [S1, S2])
 case("concatenate-empty-pieces",
-     lambda x: np.concatenate([np.zeros((0,) + x.shape[1:]), x, x[:0]]), [S1, S2, E1])
+     lambda x: np.concatenate([_c((0,) + x.shape[1:]), x, x[:0]]), [S1, S2, E1])
 case("stack", lambda x: np.stack([x, _c(x.shape), x]), [S0, S1, S2, S3, E1])
 case("stack-axis-1", lambda x: np.stack([_c(x.shape), x], axis=-1), [S0, S1, S2, S3])
 case("stack-axis1", lambda x: np.stack([x, x * x], axis=1), [S2, S3])
@@ -309,7 +315,7 @@ case("pad-reflect-long", lambda x: np.pad(x, 4, mode="reflect"), [(3,)])
 case("clip", lambda x: np.clip(x, -0.8, 0.9), [S0, (6,), S2, S3], "central")
 case("clip-arrays", lambda x: np.clip(x, _c(x.shape) - 0.3, _c(x.shape) + 0.5), [(6,), S2],
      "central")
-case("clip-broadcast", lambda x: np.clip(x, np.full(3, -0.7), 1.1), [S2, (2, 2, 3)], "central")
+case("clip-broadcast", lambda x: np.clip(x, -0.7 + 0 * _c(3), 1.1), [S2, (2, 2, 3)], "central")
 case("clip-lower-only", lambda x: np.clip(x, -0.9, None), [(6,), S2], "central")
 case("clip-upper-only", lambda x: np.clip(x, None, 0.7), [(6,), S2], "central")
 case("diagonal", lambda x: np.diagonal(x), [(3, 3), (3, 4)])
@@ -337,6 +343,28 @@ def _case_params():
 def test_function_case(name, shape):
     f, _, method, exact = CASES[name]
     check(f, _x(shape, name), method=method, exact=exact)
+
+
+@pytest.mark.parametrize("name,shape", list(_case_params()))
+def test_case_on_the_fake_device(name, shape, monkeypatch):
+    """The same case with the seed and its constants on a device (the fake device of
+    sparsegrad.gpu._device, which refuses host arrays as CuPy does): the device path
+    gives the CPU's value, pattern and Jacobian, and the value stays on the device."""
+    from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
+    fake_backend()
+    f = CASES[name][0]
+    x = _x(shape, name)
+    expected = f(forward.seed(x))
+    monkeypatch.setitem(_CONSTANTS, "xp", fake)
+    got = f(forward.seed(fake.asarray(x)))
+    assert isinstance(got.value, DeviceArray)
+    assert_allclose(fake.asnumpy(got.value), expected.value, rtol=1e-13, atol=1e-15)
+    J, J_cpu = got.dvalue, expected.dvalue
+    if sp.issparse(J_cpu):
+        assert np.array_equal(J.indptr, J_cpu.indptr)
+        assert np.array_equal(J.indices, J_cpu.indices)
+        J, J_cpu = J.data, J_cpu.data
+    assert_allclose(np.asarray(J), np.asarray(J_cpu), rtol=1e-12, atol=1e-14)
 
 
 def test_every_listed_function_has_a_case():
