@@ -280,7 +280,8 @@ case("broadcast_to-3d", lambda x: np.broadcast_to(x, (2, 3, 4)), [(1, 3, 1), (4,
 case("take", lambda x: np.take(x, [0, -1, 2, 2]), [(5,), S2, S3])
 case("take-0d", lambda x: np.take(x, [0, 0]), [S0])
 case("take-axis0", lambda x: np.take(x, [1, 0, 1, -2], axis=0), [S2, S3])
-case("take-axis-1", lambda x: np.take(x, np.array([[0, 2], [-1, 1]]), axis=-1), [S1, S2, (2, 2, 3)])
+case("take-axis-1", lambda x: np.take(x, np.array([[0, 2], [-1, 1]]), axis=-1),
+     [S1, S2, (2, 2, 3)])
 case("take-empty", lambda x: np.take(x, np.array([], dtype=np.intp)), [S1, S2])
 case("take_along_axis-1d",
      lambda x: np.take_along_axis(x, np.argsort(_c(x.shape)), axis=0), [(5,)])

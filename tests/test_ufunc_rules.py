@@ -403,6 +403,48 @@ def test_integer_argument_rule(ufunc, dtype, shape, variant, rng):
     _check(g, x0, _method(case, dtype), case.tol)
 
 
+def _on_the_fake_device(g, x0, g_device=None):
+    """``g_device`` (default ``g``) on a device seed (the fake device) against ``g``
+    on the CPU seed."""
+    from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
+    fake_backend()
+    with np.errstate(all="ignore"):
+        expected = g(forward.seed(x0))
+        got = (g_device or g)(forward.seed(fake.asarray(x0)))
+    assert isinstance(got.value, DeviceArray)
+    np.testing.assert_array_equal(fake.asnumpy(got.value), expected.value)
+    J, J_cpu = got.dvalue, expected.dvalue
+    assert np.array_equal(J.indptr, J_cpu.indptr)
+    assert np.array_equal(J.indices, J_cpu.indices)
+    np.testing.assert_allclose(J.data, J_cpu.data, rtol=1e-13, atol=0)
+
+
+DEVICE_DTYPES = (F64, F32, C128)  # (CuPy has no longdouble)
+
+
+@pytest.mark.parametrize("ufunc, dtype", [p for p in UNARY if p.values[1] in DEVICE_DTYPES])
+def test_unary_rule_on_the_fake_device(ufunc, dtype, rng):
+    x0 = _sample(CASES[ufunc], 0, (2, 3), dtype, rng)
+    _on_the_fake_device(lambda s: ufunc(s), x0)
+
+
+@pytest.mark.parametrize("variant", ["fwd_fwd_pieces", "fwd_const", "const_fwd",
+                                     "fwd_pyscalar"])
+@pytest.mark.parametrize("ufunc, dtype",
+                         [p for p in BINARY_FLOAT if p.values[1] in DEVICE_DTYPES])
+def test_binary_rule_on_the_fake_device(ufunc, dtype, variant, rng):
+    from sparsegrad.gpu._device import fake
+    g, x0 = _binary_inputs(ufunc, dtype, variant, (2, 3), rng)
+    if variant in ("fwd_const", "const_fwd"):  # the constant made on the device too
+        constant = [c for c in g.__closure__ if isinstance(c.cell_contents, np.ndarray)]
+        value = fake.asarray(constant[0].cell_contents)
+        h = (lambda s: ufunc(s, value)) if variant == "fwd_const" else \
+            (lambda s: ufunc(value, s))
+        _on_the_fake_device(g, x0, h)
+    else:
+        _on_the_fake_device(g, x0)
+
+
 def test_ldexp_exponent_must_not_depend_on_the_seed():
     exponent = forward.seed(np.array([1, 2]))
     with pytest.raises(TypeError):
