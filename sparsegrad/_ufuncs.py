@@ -163,7 +163,9 @@ def _sparse_times(inputs):
 def _scatter_add(target, indices, increment):
     """``np.add.at(target, indices, increment)`` on a forward target."""
     from ._indexing import row_index
-    rows = row_index(target.shape)[indices]
+    from ._value import _device_keys
+    indices, row_indices = _device_keys(plain(indices), target._value)
+    rows = row_index(target.shape)[row_indices]
     if not target._owns:
         target._value = target._value.copy()
         target._owns = True

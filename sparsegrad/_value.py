@@ -196,23 +196,24 @@ class value(NDArrayOperatorsMixin):
     # ---- indexing ------------------------------------------------------------
     @pooled
     def _take(self, key):
-        key = _plain_key(key)
+        key, row_key = _device_keys(_plain_key(key), self._value)
         self._owns = False  # basic indexing returns a view of _value
         result = _backend.asarray(self._value[key])
-        rows = row_index(self.shape)[key]
+        rows = row_index(self.shape)[row_key]
+        key = row_key
         if isinstance(self._jac, Assembly):
             return make(result, self._jac.take_rows(rows))
         return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, key)))
 
     @pooled
     def __setitem__(self, key, new):
-        key = _plain_key(key)
+        key, row_key = _device_keys(_plain_key(key), self._value)
         if not self._owns:  # copy on first write: never write into a shared array
             self._value = self._value.copy()
             self._owns = True
         new = coerce(new)
         self._value[key] = nvalue(new)
-        target_rows = row_index(self.shape)[key]
+        target_rows = row_index(self.shape)[row_key]
         assembly = self._jac
         if not isinstance(assembly, Assembly):
             assembly = self._jac = Assembly(self._jac)
@@ -293,6 +294,25 @@ def _plain_key(key):
     if isinstance(key, tuple):
         return tuple(nvalue(k) if isinstance(k, value) else k for k in key)
     return nvalue(key) if isinstance(key, value) else key
+
+
+def _device_keys(key, array):
+    """``(key for the value, key for the row numbers)`` of an indexing key.
+
+    Row numbers are host arrays (``row_index``); the value may live on a device.
+    Index arrays of the key go to the value's device for the value, and to the
+    host for the row numbers.  On the CPU both are ``key``.
+    """
+    backend = _backend.of(array)
+    if backend is _backend.CPU:
+        return key, key
+    parts = key if isinstance(key, tuple) else (key,)
+    on_device = tuple(backend.xp.asarray(k) if _backend.of(k) is _backend.CPU
+                      and isinstance(k, np.ndarray) and k.ndim else k for k in parts)
+    on_host = tuple(_backend.to_host(k) if _backend.of(k) is backend else k for k in parts)
+    if isinstance(key, tuple):
+        return on_device, on_host
+    return on_device[0], on_host[0]
 
 
 def _slice_key(shape, key):

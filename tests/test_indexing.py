@@ -183,6 +183,53 @@ def _check_program(f, x0):
     return y
 
 
+def _device_index(index, xp):
+    """``index`` with its arrays made on the device ``xp`` (lists and numbers stay)."""
+    if isinstance(index, tuple):
+        return tuple(_device_index(i, xp) for i in index)
+    return xp.asarray(index) if isinstance(index, np.ndarray) and index.ndim else index
+
+
+@pytest.mark.parametrize("device_index", [False, True], ids=["host-index", "device-index"])
+@pytest.mark.parametrize("shape,index", [p for p in _read_params() if p.values[0] != ()])
+def test_read_on_the_fake_device(shape, index, device_index):
+    """Every read case with the seed on a device, its index arrays on the host (CuPy
+    takes them) or on the device: the CPU's value and Jacobian, the value on the device."""
+    from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
+    fake_backend()
+    x0 = _x(shape)
+    key = _device_index(index, fake) if device_index else index
+    y = forward.seed(fake.asarray(x0))[key]
+    assert isinstance(y.value, DeviceArray)
+    assert_array_equal(fake.asnumpy(y.value), x0[index])
+    assert_allclose(y.dvalue.toarray(), _gather_reference(shape, index), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device_index", [False, True], ids=["host-index", "device-index"])
+def test_writes_on_the_fake_device(device_index):
+    from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
+    fake_backend()
+    repeated = np.array([0, 2, 2, 5])
+    mask = np.array([True, False, True, False, False, True])
+
+    def program(x, xp):
+        F = np.zeros(6, like=x)
+        F[1:-1] = x[2:] - 2 * x[1:-1] + x[:-2] ** 2
+        F[_device_index(repeated, xp)] += x[:4] * 3          # buffered, like numpy
+        F[_device_index(mask, xp)] = x[_device_index(mask, xp)] ** 3
+        np.add.at(F, _device_index(repeated, xp), x[1:5])
+        F[-1] = x[0] * x[-1]
+        return F
+
+    x0 = _x(6)
+    expected = program(forward.seed(x0), np)
+    y = program(forward.seed(fake.asarray(x0)), fake if device_index else np)
+    assert isinstance(y.value, DeviceArray)
+    assert_allclose(fake.asnumpy(y.value), expected.value, rtol=1e-15)
+    assert (y.dvalue != expected.dvalue).nnz == 0
+    assert_array_equal(y.dvalue.indices, expected.dvalue.indices)
+
+
 def test_write_residual_1d():
     n = 6
 
