@@ -18,6 +18,7 @@ import numbers
 import numpy as np
 import scipy.sparse
 
+from . import _backend
 from . import _jacobian
 from . import forward
 from ._value import value as _forward_value, make as _make
@@ -66,7 +67,7 @@ def _output(result, name):
     """The value array and the factored Jacobian (None: independent of the seed) of ``result``."""
     if isinstance(result, _forward_value):
         return result.value, result._jacobian
-    array = np.asarray(result)
+    array = _backend.asarray(result)
     if array.dtype == object:
         raise TypeError("%s: the function must return one array (a forward value, an "
                         "ndarray or a number), not %s; stack several outputs with "
@@ -319,7 +320,9 @@ def jvp(f, x, v, args=(), kwargs=None):
     array([2., 4.])
     """
     array = forward._seed_array(x)
-    direction = np.asarray(v)
+    backend = _backend.of(array)
+    xp = backend.xp
+    direction = xp.asarray(v)
     if direction.shape not in (array.shape, (array.size,)):
         raise ValueError("sparsegrad.jvp: v has shape %s; expected x's shape %s or (%d,)"
                          % (direction.shape, array.shape, array.size))
@@ -332,14 +335,15 @@ def jvp(f, x, v, args=(), kwargs=None):
     # the seed's "Jacobian" is the n x 1 column v instead of the identity: every
     # operation then propagates J @ v
     seed = _jacobian.Seed(1, scalar=False, complex=np.iscomplexobj(array),
-                          pattern_only=False)
-    column = _jacobian.CSR((n, 1), np.arange(n + 1, dtype=_jacobian.INDEX_DTYPE),
-                           np.zeros(n, dtype=_jacobian.INDEX_DTYPE),
-                           direction.astype(np.result_type(direction, array)).reshape(-1))
+                          pattern_only=False, backend=backend)
+    column = _jacobian.CSR((n, 1), xp.arange(n + 1, dtype=_jacobian.INDEX_DTYPE),
+                           xp.zeros(n, dtype=_jacobian.INDEX_DTYPE),
+                           direction.astype(np.result_type(direction.dtype, array.dtype))
+                           .reshape(-1))
     x_forward = _make(array, _jacobian.Jacobian(seed, n, matrix=column))
     result, J = _output(f(x_forward, *args, **dict(kwargs or {})), "sparsegrad.jvp")
     if J is None:
-        return result, np.zeros(result.shape, _jacobian_dtype(result, seed))
+        return result, xp.zeros(result.shape, _jacobian_dtype(result, seed))
     if J.seed is not seed:
         raise ValueError("sparsegrad.jvp: the result does not come from x "
                          "(was another seed() used inside the function?)")

@@ -206,6 +206,25 @@ def test_seeding_keeps_the_user_array_unchanged_and_private():
     assert fake.asnumpy(x.value)[0] == 0.0
 
 
+def test_function_api_on_the_device():
+    def f(x, y):
+        return x * y[:3] + np.sum(y ** 2)
+
+    a0, b0 = np.array([1.0, -2.0, 0.5]), np.arange(4.0)
+    a, b = fake.asarray(a0), fake.asarray(b0)
+    value, (Ja, Jb) = sparsegrad.value_and_jacobian(f, argnums=(0, 1))(a, b)
+    expected_value, (Ea, Eb) = sparsegrad.value_and_jacobian(f, argnums=(0, 1))(a0, b0)
+    assert isinstance(value, DeviceArray)
+    np.testing.assert_array_equal(fake.asnumpy(value), expected_value)
+    np.testing.assert_array_equal(Ja.toarray(), Ea.toarray())
+    np.testing.assert_array_equal(Jb.toarray(), Eb.toarray())
+    pattern = sparsegrad.sparsity(lambda x: x[1:] * x[:-1], a)
+    assert (pattern != sparsegrad.sparsity(lambda x: x[1:] * x[:-1], a0)).nnz == 0
+    _, derivative = sparsegrad.jvp(lambda x: x ** 2 * x[::-1], a, fake.asarray(np.ones(3)))
+    _, expected = sparsegrad.jvp(lambda x: x ** 2 * x[::-1], a0, np.ones(3))
+    np.testing.assert_allclose(np.asarray(derivative), expected, rtol=1e-15)
+
+
 @pytest.mark.parametrize("linear_solver", ["direct", "gmres"])
 def test_newton_iterates_on_the_device(linear_solver):
     n = 30
