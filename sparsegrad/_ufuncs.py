@@ -125,7 +125,8 @@ def _at_precision(values, dtype):
     for v in values:
         if isinstance(v, (float, complex)) and inexact:
             v = np.asarray(v, dtype=np.result_type(dtype, type(v)))
-        elif hasattr(v, "dtype") and inexact and v.dtype.kind in "fc" \
+        elif (isinstance(v, np.ndarray) or _backend.of(v) is not _backend.CPU) \
+                and inexact and v.dtype.kind in "fc" \
                 and v.dtype != dtype and np.can_cast(v.dtype, dtype, "safe"):
             v = v.astype(dtype)
         else:

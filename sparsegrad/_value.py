@@ -372,6 +372,8 @@ def nvalue(x):
     """The value of a forward value; ndarrays unchanged; anything else through ``np.asarray``."""
     if isinstance(x, value):
         return x.value
+    if isinstance(x, np.ndarray):  # (subclasses kept, as numpy would see them)
+        return x
     return _backend.asarray(x)
 
 
