@@ -421,7 +421,7 @@ def _selection(n_cols, rows, owned=False):
 
     ``owned``: ``rows`` is a fresh or read-only array that the matrix may keep.
     """
-    if not owned and rows.flags.writeable:
+    if not owned and getattr(rows.flags, "writeable", True):  # (CuPy: no such flag)
         rows = rows.copy()
     return CSR.selection(n_cols, rows)
 
@@ -437,13 +437,14 @@ class _Rows:
     and no random access.
     """
 
-    __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous")
+    __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous", "_device_flat")
 
     def __init__(self, rows, n_source):
         rows = np.asarray(rows)
         self.shape = rows.shape
         self.size = rows.size
         self._flat = None
+        self._device_flat = None  # (backend, the row numbers copied there)
         self._base = _arange(n_source)
         self._view = None
         if rows.base is self._base and rows.dtype == INDEX_DTYPE:
@@ -474,11 +475,19 @@ class _Rows:
             self._flat = self.pick(self._base)
         return self._flat
 
+    def flat_on(self, backend):
+        """The row numbers as a 1-d int64 array of ``backend`` (copied there once)."""
+        if backend is _backend.CPU:
+            return self.flat
+        if self._device_flat is None or self._device_flat[0] is not backend:
+            self._device_flat = (backend, backend.xp.asarray(self.flat))
+        return self._device_flat[1]
+
     def pick(self, v):
         """``v[rows]`` as a 1-d array (a view when the rows are a contiguous run)."""
         backend = _backend.of(v)
-        if backend is not _backend.CPU:  # a device array: row numbers go there
-            return v[backend.xp.asarray(self.flat)]
+        if backend is not _backend.CPU:  # a device array: row numbers go there, once
+            return v[self.flat_on(backend)]
         if self._view is None or v.ndim != 1 or not v.flags.c_contiguous:
             return v[self.flat]
         offset, steps = self._view
@@ -511,7 +520,7 @@ def _gather(seed, M, rows, key):
             if stored_rows is None or np.array_equal(stored_rows, rows.flat):
                 return matrix
     if M is None:
-        result = _selection(seed.size, _on(seed, rows.flat))
+        result = _selection(seed.size, rows.flat_on(seed.backend))
     elif M.columns is not None:  # a selection of a selection: compose the columns
         columns = rows.pick(M.columns)
         if rows.has_empty():
@@ -519,7 +528,7 @@ def _gather(seed, M, rows, key):
         result = _selection(seed.size, columns, owned=True)
     else:
         indptr, indices, data = seed.backend.kernels.gather_rows(
-            M.indptr, M.indices, M.data, _on(seed, rows.flat))
+            M.indptr, M.indices, M.data, rows.flat_on(seed.backend))
         result = CSR((rows.size, seed.size), indptr, indices, data)
     if cache is not None:
         if len(cache) >= (_MAX_SELECTIONS if M is None else _MAX_GATHERS):
