@@ -40,7 +40,7 @@ _SQRT_PI = np.sqrt(np.pi)
 
 def _log(base, like):
     """``log(base)`` in the precision of ``like`` (longdouble needs more than float64)."""
-    return np.log(np.asarray(base, dtype=like.dtype))
+    return np.log(np.asarray(base, dtype=like.dtype, like=like))
 
 
 def _power_exponent_partial(x, y, out):

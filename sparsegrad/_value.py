@@ -351,7 +351,7 @@ def coerce(obj):
     """
     if isinstance(obj, value) or not _holds_forward(obj):
         return obj
-    return np.stack([coerce(o) if isinstance(o, (list, tuple, value)) else np.asarray(o)
+    return np.stack([coerce(o) if isinstance(o, (list, tuple, value)) else _backend.asarray(o)
                      for o in obj])
 
 

@@ -23,6 +23,7 @@ array([[0.   , 0.   ],
 import numpy as np
 import scipy.sparse
 
+from . import _backend
 from . import _jacobian as jac
 from ._value import value, nvalue, make, broadcast_jacobian
 
@@ -345,10 +346,10 @@ def apply(function, args):
     if function.f_df is None and function.deriv is None:
         return function.f(*args)
     result, partials = function.value_and_partials(tuple(nvalue(a) for a in args))
-    result = np.asarray(result)
+    result = _backend.asarray(result)
     terms = []
     for i, x in forwards:
-        partial = np.asarray(partials[i]())
+        partial = _backend.asarray(partials[i]())
         if partial.ndim:
             partial = np.broadcast_to(partial, result.shape).ravel()
         else:
