@@ -850,13 +850,14 @@ def _gradient_along(f, axis, h, edge_order):
         raise ValueError("Shape of array too small to calculate a numerical gradient, "
                          "at least (edge_order + 1) elements are required.")
     trailing = (1,) * (g.ndim - 1)
+    like = nvalue(f)  # (the spacings are made where the values live)
     if np.ndim(h) == 0:
-        dx = np.full(n - 1, float(h))
+        dx = np.full(n - 1, float(h), like=like)
     else:
-        dx = np.diff(np.asarray(h, dtype=float))
+        dx = np.diff(np.asarray(h, dtype=float, like=like))
 
     def col(c):
-        return np.asarray(c).reshape((-1,) + trailing)
+        return c.reshape((-1,) + trailing)
 
     d1, d2 = dx[:-1], dx[1:]
     if np.ndim(h) == 0:  # uniform spacing: the centre point does not enter
