@@ -21,7 +21,7 @@ import numpy as np
 
 from ._fast import kernels as _cpu_kernels
 
-__all__ = ["Backend", "CPU", "of", "register", "asarray", "to_host"]
+__all__ = ["Backend", "CPU", "of", "register", "is_cupy", "asarray", "to_host", "to_device"]
 
 
 class Backend:
@@ -99,10 +99,15 @@ def of(array):
     backend = _REGISTRY.get(type(array))
     if backend is not None:
         return backend
-    if type(array).__module__.split(".")[0] == "cupy":
+    if is_cupy(array):
         from . import gpu
         return gpu.backend()
     return CPU
+
+
+def is_cupy(array):
+    """Whether ``array`` is a CuPy array (told by its type's package: CuPy is not imported)."""
+    return type(array).__module__.split(".")[0] == "cupy"
 
 
 def asarray(x):
@@ -120,3 +125,10 @@ def to_host(x):
     """
     backend = of(x)
     return np.asarray(x) if backend is CPU else backend.xp.asnumpy(x)
+
+
+def to_device(x, backend):
+    """``x`` on ``backend``'s device: host data (row numbers, masks, index lists,
+    constant matrices built on the host) copied there; unchanged on the CPU or when
+    ``x`` is there already."""
+    return x if backend is CPU or of(x) is backend else backend.xp.asarray(x)

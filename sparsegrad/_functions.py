@@ -116,16 +116,12 @@ def create(function, like, args, kwargs):
 
 def _beside(indices, array):
     """User index arrays on the device of ``array`` (host index lists moved there)."""
-    backend = _backend.of(array)
-    if backend is _backend.CPU or _backend.of(indices) is backend:
-        return indices
-    return backend.xp.asarray(indices)
+    return _backend.to_device(indices, _backend.of(array))
 
 
 def _host(indices):
     """User index arrays as the host row bookkeeping needs them."""
-    return _backend.to_host(indices) if isinstance(indices, np.ndarray) or hasattr(
-        indices, "shape") else indices
+    return _backend.to_host(indices) if hasattr(indices, "shape") else indices
 
 
 # ---- data movement -----------------------------------------------------------------

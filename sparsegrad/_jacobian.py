@@ -480,7 +480,7 @@ class _Rows:
         if backend is _backend.CPU:
             return self.flat
         if self._device_flat is None or self._device_flat[0] is not backend:
-            self._device_flat = (backend, backend.xp.asarray(self.flat))
+            self._device_flat = (backend, _backend.to_device(self.flat, backend))
         return self._device_flat[1]
 
     def pick(self, v):
@@ -494,11 +494,6 @@ class _Rows:
         item = v.itemsize
         return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,
                           strides=tuple(step * item for step in steps)).ravel()
-
-
-def _on(seed, array):
-    """A host array (row numbers, masks) on the seed's device."""
-    return array if seed.backend is _backend.CPU else seed.backend.xp.asarray(array)
 
 
 def _gather(seed, M, rows, key):
@@ -524,7 +519,7 @@ def _gather(seed, M, rows, key):
     elif M.columns is not None:  # a selection of a selection: compose the columns
         columns = rows.pick(M.columns)
         if rows.has_empty():
-            columns[_on(seed, rows.flat < 0)] = -1
+            columns[_backend.to_device(rows.flat < 0, seed.backend)] = -1
         result = _selection(seed.size, columns, owned=True)
     else:
         indptr, indices, data = seed.backend.kernels.gather_rows(
@@ -573,8 +568,9 @@ def left_multiply(A, J):
         return zero(seed, n_out)
     factor, M = J.row_factor(), J.matrix
     if seed.backend is not _backend.CPU:  # a constant matrix built on the host
-        A = CSR(A.shape, _on(seed, A.indptr), _on(seed, A.indices),
-                None if A.data is None else _on(seed, A.data))
+        on_device = [None if a is None else _backend.to_device(a, seed.backend)
+                     for a in (A.indptr, A.indices, A.data)]
+        A = CSR(A.shape, *on_device)
     a_data = A.data
     xp = seed.backend.xp
     if not seed.pattern_only:

@@ -307,8 +307,8 @@ def _device_keys(key, array):
     if backend is _backend.CPU:
         return key, key
     parts = key if isinstance(key, tuple) else (key,)
-    on_device = tuple(backend.xp.asarray(k) if _backend.of(k) is _backend.CPU
-                      and isinstance(k, np.ndarray) and k.ndim else k for k in parts)
+    on_device = tuple(_backend.to_device(k, backend) if isinstance(k, np.ndarray) and k.ndim
+                      else k for k in parts)
     on_host = tuple(_backend.to_host(k) if _backend.of(k) is backend else k for k in parts)
     if isinstance(key, tuple):
         return on_device, on_host
@@ -379,8 +379,7 @@ def nvalue(x):
 
 def make(array, jacobian):
     """A forward value from an array and a Jacobian (or :class:`Assembly`)."""
-    if _backend.of(array) is _backend.CPU:  # (device arrays stay on their device)
-        array = np.asarray(array)
+    array = _backend.asarray(array)  # (device arrays stay on their device)
     return (_array_value if array.ndim else value)(array, jacobian)
 
 

@@ -56,8 +56,8 @@ def _on_device(arrays, name):
     if not available():
         raise RuntimeError("sparsegrad.gpu.%s: no CUDA device (CuPy missing, or no GPU "
                            "visible); use sparsegrad.forward.%s on the CPU" % (name, name))
-    xp = backend().xp
-    return [x if isinstance(x, xp.ndarray) else xp.asarray(x) for x in arrays]
+    device = backend()
+    return [_backend.to_device(x, device) for x in arrays]
 
 
 def seed(*x):

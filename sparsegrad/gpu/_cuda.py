@@ -61,7 +61,8 @@ def enabled(*arrays):
     """Whether the CUDA kernels serve these arrays: opted in, and all CuPy arrays."""
     if os.environ.get("SPARSEGRAD_GPU_RAWKERNELS", "") in ("", "0"):
         return False
-    return all(a is None or type(a).__module__.split(".")[0] == "cupy" for a in arrays)
+    from .._backend import is_cupy
+    return all(a is None or is_cupy(a) for a in arrays)
 
 
 def _module():
