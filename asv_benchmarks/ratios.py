@@ -437,7 +437,6 @@ def main(argv=None):
     if args.no_pool:
         sparsegrad.memory_pool_limit(0)
     if args.keep_freed_memory:
-        import sparsegrad
         if not sparsegrad.keep_freed_memory():
             print("keep_freed_memory: not glibc, nothing changed")
 
