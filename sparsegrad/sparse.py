@@ -36,6 +36,7 @@ import operator
 import numpy as np
 import scipy.sparse
 
+from ._jacobian import _readonly
 from ._value import value as _forward_value, nvalue
 
 __all__ = ["SparseMatrix", "csr_matrix", "coo_matrix", "diags", "assemble", "issparse"]
@@ -120,11 +121,6 @@ class _Pattern:
         return self is other or (self.shape == other.shape
                                  and np.array_equal(self.indptr, other.indptr)
                                  and np.array_equal(self.indices, other.indices))
-
-
-def _readonly(array):
-    array.flags.writeable = False
-    return array
 
 
 def _check_coordinates(name, coords, bound, axis):
