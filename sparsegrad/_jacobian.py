@@ -99,16 +99,18 @@ class CSR:
     def selection(cls, n_cols, columns):
         """The selection whose row ``r`` holds a one at column ``columns[r]`` (``-1``: none).
 
-        ``columns`` is kept (made read-only), not copied.
+        ``columns`` is kept (made read-only), not copied.  Its CSR arrays are
+        built when first read: merges take a selection by its columns.
         """
-        n = len(columns)
-        if n == 0 or columns.min() >= 0:  # every row selects one column
-            return cls((n, n_cols), _arange(n + 1, _backend.of(columns).xp), columns, None,
-                       columns=columns)
-        return cls((n, n_cols), None, None, None, columns=columns)
+        return cls((len(columns), n_cols), None, None, None, columns=columns)
 
     def _compress(self):
-        indptr, indices = _backend.of(self.columns).kernels.selection_csr(self.columns)
+        columns = self.columns
+        backend = _backend.of(columns)
+        if len(columns) == 0 or columns.min() >= 0:  # every row selects one column
+            indptr, indices = _arange(len(columns) + 1, backend.xp), columns
+        else:
+            indptr, indices = backend.kernels.selection_csr(columns)
         self._indptr = _readonly(indptr)
         self._indices = _readonly(indices)
 
@@ -132,7 +134,13 @@ class CSR:
     def is_empty(self):
         """No stored entry (for a selection, without building its CSR arrays)."""
         if self._indptr is None:
-            return len(self.columns) == 0 or int(self.columns.max()) < 0
+            columns = self.columns
+            n = len(columns)
+            # (a look at three rows settles it for almost every selection)
+            if n == 0 or int(columns[0]) >= 0 or int(columns[n // 2]) >= 0 \
+                    or int(columns[-1]) >= 0:
+                return n == 0
+            return int(columns.max()) < 0
         return self.nnz == 0
 
     def max_entries(self):
@@ -397,7 +405,10 @@ def _merge(J, index_dtype=None):
     for first_row, block in J.pieces():
         n_rows = block.n_rows
         for s, d, M in block.terms:
-            indptr, indices, data = _csr_arrays(n_rows, M, xp)
+            if M is not None and M._indptr is None:  # a selection, by its columns
+                indptr, indices, data = None, M.columns, None
+            else:
+                indptr, indices, data = _csr_arrays(n_rows, M, xp)
             row_scale = None
             factor = _factor(s, d)
             if not seed.pattern_only and not _is_one(factor):

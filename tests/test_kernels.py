@@ -1069,3 +1069,119 @@ if st is not None:
         for values in (coo_values, None):
             assert_same_result(compiled.coo_to_csr(n_rows, n_cols, coo_rows, coo_cols, values),
                                _reference.coo_to_csr(n_rows, n_cols, coo_rows, coo_cols, values))
+
+
+# ---------------------------------------------------------------------------
+# merge_scaled: selection terms given by their columns (indptr None, -1: an
+# empty row), which sparsegrad passes without compressing them
+# ---------------------------------------------------------------------------
+
+def _selection_columns(rng, m, n_cols, holes=0.2):
+    columns = rng.integers(0, n_cols, m) if n_cols else np.full(m, -1)
+    columns[rng.random(m) < holes] = -1
+    return columns.astype(I64)
+
+
+def _expected_with_selections(terms, shape, dtype):
+    total = np.zeros(shape, dtype=dtype)
+    stored = np.zeros(shape, dtype=bool)
+    for term in terms:
+        indptr, indices, data, scale = term[:4]
+        first = term[4] if len(term) == 5 else 0
+        if indptr is None:  # built from the columns directly, not by selection_csr
+            m = len(indices)
+            block = np.zeros((m, shape[1]), dtype=dtype)
+            rows = np.flatnonzero(indices >= 0)
+            block[rows, indices[rows]] = 1
+            where = block != 0
+        else:
+            m = len(indptr) - 1
+            block = to_dense(indptr, indices, data, (m, shape[1]), dtype)
+            where = pattern(indptr, indices, (m, shape[1]))
+        if scale is not None:
+            block = block * np.asarray(scale)[:, None]
+        total[first:first + m] += block
+        stored[first:first + m] |= where
+    return total, stored
+
+
+def test_merge_scaled_selection_terms_against_dense(kernels, rng):
+    for _ in range(40):
+        n_rows, n_cols = (int(x) for x in rng.integers(0, 12, 2))
+        terms = []
+        for k in range(int(rng.integers(1, 6))):
+            scale = rng.standard_normal(n_rows) if rng.random() < 0.6 else None
+            if k % 2 == 0:
+                terms.append((None, _selection_columns(rng, n_rows, n_cols), None, scale))
+            else:
+                terms.append(random_csr(rng, n_rows, n_cols) + (scale,))
+        if n_rows > 2 and rng.random() < 0.5:  # a block of rows, stacked
+            m = int(rng.integers(0, n_rows))
+            terms.append((None, _selection_columns(rng, m, n_cols), None, None,
+                          int(rng.integers(0, n_rows - m + 1))))
+        _check_merge(kernels, n_rows, n_cols, terms, _expected_with_selections)
+
+
+def test_merge_scaled_selection_term_example(kernels):
+    columns = np.array([2, -1, 0])                 # row 1 is empty
+    result = call(kernels.merge_scaled, 3, 3, [(None, columns, None, np.array([1., 2., 3.]))])
+    np.testing.assert_array_equal(result[0], [0, 1, 1, 2])
+    np.testing.assert_array_equal(result[1], [2, 0])
+    np.testing.assert_array_equal(result[2], [1.0, 3.0])
+
+
+def test_merge_scaled_selection_terms_rejected(kernels):
+    columns = np.array([0, -1, 1])
+    with pytest.raises(ValueError, match="has no data"):
+        kernels.merge_scaled(3, 2, [(None, columns, np.ones(3), None)])
+    with pytest.raises(ValueError, match="one column per row"):
+        kernels.merge_scaled(4, 2, [(None, columns, None, None)])
+    with pytest.raises(ValueError, match=">= -1|column indices"):
+        kernels.merge_scaled(3, 2, [(None, np.array([0, -2, 1]), None, None)])
+    with pytest.raises(ValueError, match="cols|column"):
+        kernels.merge_scaled(3, 2, [(None, np.array([0, 2, 1]), None, None)])
+
+
+@pytest.mark.parametrize("pattern_only", [False, True])
+def test_compiled_merge_selection_terms_on_every_path(compiled, rng, pattern_only):
+    # shifted selections with holes at the ends of grid lines (a padded 2-d
+    # stencil: the direct path leaves its template at each hole), holes at
+    # random rows, a selection with its holes in the first/last place of the
+    # template, and a band in some rows (the general rows); bit for bit
+    # against the reference, which compresses the selections first
+    n = 4000
+    width = 50
+    terms = []
+    for offset in (-width, -1, 1, width):
+        columns = np.arange(n, dtype=I64) + offset
+        line = np.arange(n) % width
+        columns[(columns < 0) | (columns >= n)] = -1
+        if offset == 1:
+            columns[line == width - 1] = -1
+        if offset == -1:
+            columns[line == 0] = -1
+        terms.append((None, columns, None, rng.standard_normal(n)))
+    terms.append((None, np.arange(n, dtype=I64), None,
+                  np.broadcast_to(np.float64(-4.0), (n,))))
+    random_holes = (np.arange(n, dtype=I64) + 7) % n
+    random_holes[rng.random(n) < 0.05] = -1
+    terms.append((None, random_holes, None, None))
+    band = _banded(rng, n, (-2, 0, 2))
+    indptr = np.arange(n + 1, dtype=I64)          # the band only in rows 1000..1099
+    counts = np.diff(band[0])
+    per_row = np.ones(n, dtype=I64)
+    per_row[1000:1100] = counts[1000:1100]
+    np.cumsum(per_row, out=indptr[1:])
+    cols = [np.array([r]) if not 1000 <= r < 1100 else band[1][band[0][r]:band[0][r + 1]]
+            for r in range(n)]
+    few = (indptr, np.concatenate(cols).astype(I64), None, None)
+    for chosen in (terms[:5], terms, terms + [few], [terms[5]], terms[::-1]):
+        for index_dtype in (None, np.int32):
+            result = call(compiled.merge_scaled, n, n, chosen, pattern_only, index_dtype)
+            if index_dtype is None:
+                check_canonical(result, (n, n))
+            assert_same_result(result, _reference.merge_scaled(n, n, chosen, pattern_only,
+                                                               index_dtype))
+    stacked = [t[:4] + (0,) for t in terms[:3]] + [(None, terms[3][1][:n - 10], None, None, 10)]
+    assert_same_result(call(compiled.merge_scaled, n, n, stacked, pattern_only),
+                       _reference.merge_scaled(n, n, stacked, pattern_only))

@@ -422,6 +422,7 @@ cdef struct Term:
     int64_t scale_step        # scale of row i: scale[i * scale_step] (0: broadcast)
     int64_t nnz
     int mode                  # ONES, DATA, SCALE, DATA_SCALE or ONES_SCALE
+    bint holes                # a selection: one entry per row, column -1 = none
 
 
 cdef struct Dense:
@@ -983,6 +984,9 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
                     break
                 his[k] = hi
                 n = hi - lo
+                if t.holes and n == 1 and t.indices[lo] == -1:
+                    los[k] = hi  # an empty row of a selection
+                    n = 0
                 if n and m + n <= short_max:
                     bits = _gather_run(t, lo, n, i, m, values, keys, vals, bits)
                 m += n
@@ -997,7 +1001,9 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
                     status = -1
                     break
                 his[k] = hi
-                m += hi - lo
+                if t.holes and hi - lo == 1 and t.indices[lo] == -1:
+                    los[k] = hi  # an empty row of a selection
+                m += hi - los[k]
             if status:
                 break
             if m > 1 and m <= short_max:
@@ -1095,10 +1101,11 @@ cdef inline int _sel_gather_term(formula_t* tag, int64_t n, const int64_t* ip,
                                  const int64_t* ix, int64_t* cursor, int64_t nnz_t,
                                  uint64_t ncols, uint64_t* kp, data_t* vp,
                                  Py_ssize_t n_terms, Py_ssize_t k, const data_t* dp,
-                                 const data_t* sp, int64_t step,
+                                 const data_t* sp, int64_t step, bint holes,
                                  uint64_t* bad) noexcept nogil:
     """The rows of one term for :func:`_sel_gather`: 1 if some row holds more
-    than one entry or an indptr step is invalid, else 0 (``cursor`` moved)."""
+    than one entry or an indptr step is invalid, else 0 (``cursor`` moved).
+    ``holes``: a column of -1 is an empty row."""
     cdef int64_t r, hi, d, lo = cursor[0]
     cdef uint64_t c, empty = (SEL_EMPTY_COL << KEY_SHIFT), seen_bad = 0
     cdef data_t zero = 0
@@ -1107,7 +1114,7 @@ cdef inline int _sel_gather_term(formula_t* tag, int64_t n, const int64_t* ip,
         d = hi - lo
         if <uint64_t>d > 1 or <uint64_t>d > <uint64_t>(nnz_t - lo):
             return 1
-        if d:
+        if d and not (holes and ix[lo] == -1):
             c = <uint64_t>ix[lo]
             seen_bad |= c >= ncols
             kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
@@ -1161,22 +1168,22 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
         _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
         if not values:
             rc = _sel_gather_term(<PatternTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, &bad)
+                                  n_terms, k, dp, sp, step, t.holes, &bad)
         elif mode == ONES:
             rc = _sel_gather_term(<OnesTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, &bad)
+                                  n_terms, k, dp, sp, step, t.holes, &bad)
         elif mode == DATA:
             rc = _sel_gather_term(<DataTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, &bad)
+                                  n_terms, k, dp, sp, step, t.holes, &bad)
         elif mode == SCALE:
             rc = _sel_gather_term(<ScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, &bad)
+                                  n_terms, k, dp, sp, step, t.holes, &bad)
         elif mode == DATA_SCALE:
             rc = _sel_gather_term(<DataScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, &bad)
+                                  n_terms, k, dp, sp, step, t.holes, &bad)
         else:
             rc = _sel_gather_term(<OnesScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, &bad)
+                                  n_terms, k, dp, sp, step, t.holes, &bad)
         if rc:
             return 1
         st.los[k] = lo
@@ -1298,7 +1305,8 @@ cdef int64_t _sel_block(MergeState* st, int64_t r0, int64_t r1, int64_t n_cols,
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, int64_t limit,
+cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, bint holes,
+                                 int64_t limit,
                                  const int64_t* ip, const int64_t* ix, int64_t lo,
                                  uint64_t ncols, const oindex_t* prev, int64_t pc,
                                  oindex_t* oi, data_t* od, int64_t c, const data_t* dp,
@@ -1307,7 +1315,9 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, int64
     """One term's rows for :func:`_direct_block`; returns the rows that follow
     the template.  The first term of a place writes it (and notes a column
     not above the previous place's in ``disorder``); the others check the
-    column and add.  ``checked``: the indptr steps are known to be one."""
+    column and add.  ``checked``: the indptr steps are known to be one.
+    ``holes``: a column of -1 (an empty row of a selection) is off the
+    template."""
     cdef int64_t r, col
     cdef uint64_t seen_bad = 0, seen_disorder = 0
     if first:
@@ -1316,6 +1326,9 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, int64
                 limit = r
                 break
             col = ix[lo + r]
+            if holes and col == -1:
+                limit = r
+                break
             seen_bad |= <uint64_t>col >= ncols
             seen_disorder |= col <= prev[r * pc]
             oi[r * c] = <oindex_t>col
@@ -1327,6 +1340,9 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, int64
                 limit = r
                 break
             col = ix[lo + r]
+            if holes and col == -1:
+                limit = r
+                break
             seen_bad |= <uint64_t>col >= ncols
             if oi[r * c] != col:
                 limit = r
@@ -1411,22 +1427,22 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
         # one loop per formula (a compile-time tag: the formula's test is out
         # of the loop)
         if not values:
-            limit = _direct_term(<PatternTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+            limit = _direct_term(<PatternTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
                                  prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
         elif mode == ONES:
-            limit = _direct_term(<OnesTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+            limit = _direct_term(<OnesTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
                                  prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
         elif mode == DATA:
-            limit = _direct_term(<DataTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+            limit = _direct_term(<DataTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
                                  prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
         elif mode == SCALE:
-            limit = _direct_term(<ScaleTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+            limit = _direct_term(<ScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
                                  prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
         elif mode == DATA_SCALE:
-            limit = _direct_term(<DataScaleTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+            limit = _direct_term(<DataScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
                                  prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
         else:
-            limit = _direct_term(<OnesScaleTag*>NULL, first, checked, limit, ip, ix, lo, ncols,
+            limit = _direct_term(<OnesScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
                                  prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
     if bad:
         return -1
@@ -2027,6 +2043,8 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     n_terms = len(terms)
     prepared = []
     kinds = []
+    arange = None
+    longest = max([len(t[1]) for t in terms if t[0] is None] or [0])
     for k in range(n_terms):
         term = terms[k]
         n_items = len(term)
@@ -2040,10 +2058,22 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             raise ValueError("merge_scaled: term %d is (indptr, indices, data, row_scale"
                              "[, first_row]), got a tuple of %d items" % (k, n_items))
         # (error messages, and conversions, only off the fast path)
-        if not _is_index_array(indptr):
-            indptr = _as_index(indptr, "merge_scaled term %d indptr" % k)
         if not _is_index_array(indices):
             indices = _as_index(indices, "merge_scaled term %d indices" % k)
+        holes = indptr is None
+        if holes:  # a selection by its columns: one entry per row, -1 for none
+            if data is not None:
+                raise ValueError("merge_scaled: a selection term (indptr None) has no data")
+            m = cnp.PyArray_DIM(<cnp.ndarray>indices, 0)
+            if n_items == 4 and m != nr:
+                raise ValueError("merge_scaled: a selection term needs one column per row "
+                                 "(%d), got %d" % (nr, m))
+            # (one arange for all of them: the direct path checks it once)
+            if arange is None or arange.shape[0] <= m:
+                arange = np.arange(max(m + 1, longest + 1), dtype=INDEX_DTYPE)
+            indptr = arange[:m + 1]
+        elif not _is_index_array(indptr):
+            indptr = _as_index(indptr, "merge_scaled term %d indptr" % k)
         m = nr
         if n_items == 5:
             m = cnp.PyArray_DIM(<cnp.ndarray>indptr, 0) - 1
@@ -2075,7 +2105,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             kinds.append(tk)
         else:
             data = scale = None
-        prepared.append([indptr, indices, data, scale, first, m])
+        prepared.append([indptr, indices, data, scale, first, m, holes])
     bound = min(<object>total, <object>nr * <object>nc)
     if index_dtype is not None:
         int32 = _reference._check_index_dtype(index_dtype, bound, nc) == np.int32
@@ -2097,8 +2127,9 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             kind = _kind(out_dtype)
             if kind < 0:
                 _validate_terms(prepared, nc)
-                return _reference.merge_scaled(nr, nc, [tuple(t[:5]) for t in prepared],
-                                               pattern_only, index_dtype)
+                return _reference.merge_scaled(
+                    nr, nc, [(None if t[6] else t[0],) + tuple(t[1:5]) for t in prepared],
+                    pattern_only, index_dtype)
             narrow = [dt != out_dtype for dt in dtypes]
         for k in range(n_terms):
             indptr, indices, data, scale = prepared[k][:4]
@@ -2162,6 +2193,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                 ts[k].scale_step = prepared[k][3].strides[0] // prepared[k][3].itemsize
             ts[k].nnz = prepared[k][1].shape[0]
             ts[k].mode = _term_mode(prepared[k][2], prepared[k][3], kind)
+            ts[k].holes = prepared[k][6]
         with nogil:
             if int32:
                 nnz = _merge_kind(kind, nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values,
@@ -2199,7 +2231,9 @@ cdef _validate_terms(prepared, int64_t nc):
     for k, t in enumerate(prepared):
         name = "merge_scaled term %d" % k
         _check_indptr(t[0], t[5], t[1].shape[0], name)
-        _check_range(t[1], 0, nc, name + " column indices")
+        # (a selection's empty rows are columns of -1)
+        _check_range(t[1], -1 if t[6] else 0, nc, name + " column indices")
+
 
 
 def gather_rows(indptr, indices, data, rows):

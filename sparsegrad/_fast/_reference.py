@@ -208,12 +208,19 @@ def _merge_term(term, n_rows):
     elif len(term) == 5:
         indptr, indices, data, scale, first_row = term
         first_row = operator.index(first_row)
-        m = len(indptr) - 1
+        m = len(indices) if indptr is None else len(indptr) - 1
         if m < 0:
             raise ValueError("merge_scaled: a term's indptr must have at least one entry")
     else:
         raise ValueError("merge_scaled: a term is (indptr, indices, data, row_scale"
                          "[, first_row]), got a tuple of %d items" % len(term))
+    if indptr is None:  # a selection given by its columns
+        if data is not None:
+            raise ValueError("merge_scaled: a selection term (indptr None) has no data")
+        if len(indices) != m:
+            raise ValueError("merge_scaled: a selection term needs one column per row "
+                             "(%d), got %d" % (m, len(indices)))
+        indptr, indices = selection_csr(indices)
     if first_row < 0 or first_row + m > n_rows:
         raise ValueError("merge_scaled: a term of %d rows from row %d does not fit in "
                          "%d rows" % (m, first_row, n_rows))
@@ -246,8 +253,13 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     terms : sequence of (indptr, indices, data, row_scale[, first_row])
         ``data`` may be ``None`` (all ones); ``row_scale`` is ``None`` (ones)
         or a 1-d array with one entry per row of the term (a broadcast,
-        stride-0 array is fine).  A 4-tuple is an ``n_rows x n_cols`` matrix.
-        A 5-tuple is a matrix of ``m = len(indptr) - 1`` rows added into rows
+        stride-0 array is fine).  ``indptr`` may be ``None``: the term is then
+        a selection given by its columns, ``indices`` holding one column per
+        row, ``-1`` for an empty row (as :func:`selection_csr` reads them), and
+        ``data`` must be ``None``; the caller need not compress it.  A 4-tuple
+        is an ``n_rows x n_cols`` matrix.
+        A 5-tuple is a matrix of ``m = len(indptr) - 1`` rows (``len(indices)``
+        for a selection) added into rows
         ``first_row .. first_row + m - 1`` of the result; it must fit:
         ``0 <= first_row`` and ``first_row + m <= n_rows``.  Rows of the
         result that no term covers are empty; terms whose rows overlap are
