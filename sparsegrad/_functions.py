@@ -151,7 +151,8 @@ def _move(apply, operands):
     stacked = jac.vstack(jacobians)
 
     def pair(v, r):
-        return make(v, jac.take_rows(stacked, np.asarray(r).ravel() - 1))
+        # (fresh and read-only: a selection keeps these rows without a copy)
+        return make(v, jac.take_rows(stacked, jac._readonly(np.asarray(r).ravel() - 1)))
 
     if isinstance(result, (list, tuple)):
         return [pair(v, r) for v, r in zip(result, rows)]

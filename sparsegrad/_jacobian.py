@@ -568,9 +568,6 @@ def take_rows(J, rows, key=None):
     return Jacobian(J.seed, n, terms=terms)
 
 
-
-
-
 def left_multiply(A, J):
     """``A @ J`` for a constant :class:`CSR` ``A`` with ``A.shape[1] == J.n_rows``."""
     n_out = A.shape[0]

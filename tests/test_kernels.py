@@ -38,18 +38,33 @@ def _compiled_module():
         pytest.skip("compiled kernels not built: %s" % exc)
 
 
-@pytest.fixture(params=["reference", "compiled"])
+def _threaded(module, threads):
+    """``module`` with merge_scaled splitting even tiny merges into ``threads`` parts."""
+    module.set_threads(threads)
+    module._set_parallel_entries(1 if threads > 1 else None)
+    return module
+
+
+@pytest.fixture(params=["reference", "compiled", "compiled, 3 threads"])
 def kernels(request):
-    """The kernel module under test."""
+    """The kernel module under test (compiled: also with its merges in threads)."""
     if request.param == "reference":
-        return _reference
-    return _compiled_module()
+        yield _reference
+        return
+    module = _compiled_module()
+    threads = module.get_threads()
+    yield _threaded(module, 3 if "threads" in request.param else 1)
+    _threaded(module, threads)
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """The compiled kernel module (for comparisons with the reference)."""
-    return _compiled_module()
+@pytest.fixture(scope="module", params=["1 thread", "3 threads"])
+def compiled(request):
+    """The compiled kernel module (for comparisons with the reference), with
+    merge_scaled in one thread and with every merge split into three parts."""
+    module = _compiled_module()
+    threads = module.get_threads()
+    yield _threaded(module, 3 if request.param == "3 threads" else 1)
+    _threaded(module, threads)
 
 
 # ---------------------------------------------------------------------------

@@ -63,8 +63,8 @@ instructions on CPUs that have them and this module uses the textbook formula.
 cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy, memmove
 
 import operator
 
@@ -1562,30 +1562,29 @@ cdef int64_t _merge_rows(MergeState* st, int64_t n_rows, int64_t n_cols, Py_ssiz
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
-                         const Term* terms, const int64_t* first_rows, Py_ssize_t n_seg,
-                         const int64_t* seg_rows, const int64_t* seg_start,
+                         const Term* terms, const int64_t* first_rows, Py_ssize_t s0,
+                         Py_ssize_t s1, const int64_t* seg_rows, const int64_t* seg_start,
                          const int64_t* seg_terms, bint values, MergeState* st,
                          Term* active, int64_t* cursors, Dense* dense,
                          oindex_t* out_indptr, oindex_t* out_indices,
-                         data_t* out_data) noexcept nogil:
-    """Merge the terms segment by segment; return nnz, -1 for invalid input,
-    -2 out of memory.
+                         data_t* out_data, int64_t nnz) noexcept nogil:
+    """Merge the terms segment by segment, segments ``s0 .. s1 - 1``, writing
+    entries from ``nnz`` on; return the new nnz, -1 for invalid input, -2 out
+    of memory.
 
     Segment ``s`` is the rows ``seg_rows[s] .. seg_rows[s + 1] - 1`` of the
     result, covered by the terms ``seg_terms[seg_start[s] .. seg_start[s + 1] - 1]``
     (in term order, which is the order of the sums) and by no other term.  Its
     terms are copied to ``active`` with their indptr and scale moved to the
     segment's first row, so that the row loops see only the terms covering
-    their rows.  ``cursors[k]`` is term k's position in its entries, carried
-    from segment to segment (its rows are visited in order).
+    their rows.  ``cursors[k]`` is term k's position in its entries at the
+    first row of segment ``s0`` (set by the caller), carried from segment to
+    segment (its rows are visited in order).
     """
     cdef Py_ssize_t s, j, k
-    cdef int64_t a, b, i, off, nnz = 0
+    cdef int64_t a, b, i, off
     cdef Py_ssize_t n_act
-    for k in range(n_terms):
-        cursors[k] = 0
-    out_indptr[0] = 0
-    for s in range(n_seg):
+    for s in range(s0, s1):
         a = seg_rows[s]
         b = seg_rows[s + 1]
         n_act = seg_start[s + 1] - seg_start[s]
@@ -1951,44 +1950,163 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
 
 
-cdef int64_t _merge_kind(int kind, int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
-                         const Term* terms, const int64_t* first_rows, Py_ssize_t n_seg,
-                         const int64_t* seg_rows, const int64_t* seg_start,
-                         const int64_t* seg_terms, bint values, MergeState* st,
-                         Term* active, int64_t* cursors, Dense* dense,
-                         oindex_t* out_indptr, oindex_t* out_indices,
-                         void* out_data) noexcept nogil:
-    """:func:`_merge_loop` for the value type ``kind`` of ``out_data``."""
-    if kind == F32:
-        return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
-                           seg_start, seg_terms, values, st, active, cursors, dense,
-                           out_indptr, out_indices, <float*>out_data)
-    if kind == F64:
-        return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
-                           seg_start, seg_terms, values, st, active, cursors, dense,
-                           out_indptr, out_indices, <double*>out_data)
-    if kind == C64:
-        return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
-                           seg_start, seg_terms, values, st, active, cursors, dense,
-                           out_indptr, out_indices, <complex64_t*>out_data)
-    return _merge_loop(n_rows, n_cols, n_terms, terms, first_rows, n_seg, seg_rows,
-                       seg_start, seg_terms, values, st, active, cursors, dense,
-                       out_indptr, out_indices, <complex128_t*>out_data)
+cdef struct MergePart:
+    # one range of segments of a merge, run without the GIL, perhaps in a
+    # worker thread: its own scratch, shared read-only inputs, its own rows
+    # and entries of the output
+    int kind
+    bint int32
+    bint values
+    int64_t n_rows, n_cols
+    Py_ssize_t n_terms
+    const Term* terms
+    const int64_t* first_rows
+    Py_ssize_t s0, s1
+    const int64_t* seg_rows
+    const int64_t* seg_start
+    const int64_t* seg_terms
+    MergeState* st
+    Term* active
+    int64_t* cursors
+    Dense dense
+    void* out_indptr
+    void* out_indices
+    void* out_data
+    int64_t start            # its first entry: the terms' entries in earlier rows
+    int64_t end              # its entry count at the end, or an error code
 
 
-cdef tuple _row_segments(list ranges, int64_t nr, bint stacked):
+cdef int64_t _merge_kind(MergePart* p, oindex_t* out_indptr,
+                         oindex_t* out_indices) noexcept nogil:
+    """:func:`_merge_loop` of one part for the value type ``p.kind``."""
+    if p.kind == F32:
+        return _merge_loop(p.n_rows, p.n_cols, p.n_terms, p.terms, p.first_rows, p.s0, p.s1,
+                           p.seg_rows, p.seg_start, p.seg_terms, p.values, p.st, p.active,
+                           p.cursors, &p.dense, out_indptr, out_indices,
+                           <float*>p.out_data, p.start)
+    if p.kind == F64:
+        return _merge_loop(p.n_rows, p.n_cols, p.n_terms, p.terms, p.first_rows, p.s0, p.s1,
+                           p.seg_rows, p.seg_start, p.seg_terms, p.values, p.st, p.active,
+                           p.cursors, &p.dense, out_indptr, out_indices,
+                           <double*>p.out_data, p.start)
+    if p.kind == C64:
+        return _merge_loop(p.n_rows, p.n_cols, p.n_terms, p.terms, p.first_rows, p.s0, p.s1,
+                           p.seg_rows, p.seg_start, p.seg_terms, p.values, p.st, p.active,
+                           p.cursors, &p.dense, out_indptr, out_indices,
+                           <complex64_t*>p.out_data, p.start)
+    return _merge_loop(p.n_rows, p.n_cols, p.n_terms, p.terms, p.first_rows, p.s0, p.s1,
+                       p.seg_rows, p.seg_start, p.seg_terms, p.values, p.st, p.active,
+                       p.cursors, &p.dense, out_indptr, out_indices,
+                       <complex128_t*>p.out_data, p.start)
+
+
+cdef void _run_part(MergePart* p) noexcept nogil:
+    if p.int32:
+        p.end = _merge_kind(p, <int32_t*>p.out_indptr, <int32_t*>p.out_indices)
+    else:
+        p.end = _merge_kind(p, <int64_t*>p.out_indptr, <int64_t*>p.out_indices)
+
+
+cdef class _PartRunner:
+    """Runs one :c:type:`MergePart` without the GIL: the callable handed to a
+    worker thread (the part's memory belongs to the caller of merge_scaled,
+    which waits for it)."""
+    cdef MergePart* part
+
+    def __call__(self):
+        with nogil:
+            _run_part(self.part)
+
+
+# worker threads of merge_scaled: a merge of at least PARALLEL_ENTRIES
+# entries (bound) is split into row ranges of at least that many, one per
+# thread, up to _threads of them
+cdef int64_t PARALLEL_ENTRIES = 1 << 18
+cdef int _threads = 1
+_executor = None
+
+
+def _default_threads():
+    """``SPARSEGRAD_NUM_THREADS`` or the CPUs this process may run on, at most 4."""
+    import os
+    text = os.environ.get("SPARSEGRAD_NUM_THREADS", "").strip()
+    if text:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError("SPARSEGRAD_NUM_THREADS must be a whole number, not %r"
+                             % text) from None
+        if value < 1:
+            raise ValueError("SPARSEGRAD_NUM_THREADS must be >= 1, not %d" % value)
+        return value
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+def set_threads(n):
+    """Use up to ``n`` threads in merge_scaled (1: none besides the caller's)."""
+    global _threads
+    n = operator.index(n)
+    if n < 1:
+        raise ValueError("the number of threads must be >= 1, got %d" % n)
+    _threads = n
+
+
+def get_threads():
+    """The number of threads merge_scaled may use."""
+    return _threads
+
+
+def _set_parallel_entries(n):
+    """Split merges of at least ``2 n`` entries (None: the default) -- for tests."""
+    global PARALLEL_ENTRIES
+    PARALLEL_ENTRIES = (1 << 18) if n is None else max(1, operator.index(n))
+
+
+def _forget_executor():
+    global _executor
+    _executor = None
+
+
+def _submit(runner):
+    global _executor
+    if _executor is None:
+        import concurrent.futures
+        _executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=8, thread_name_prefix="sparsegrad-merge")
+    return _executor.submit(runner)
+
+
+def _init_threads():
+    import os
+    set_threads(_default_threads())
+    if hasattr(os, "register_at_fork"):  # a forked child has no worker threads
+        os.register_at_fork(after_in_child=_forget_executor)
+
+
+_init_threads()
+
+
+cdef tuple _row_segments(list ranges, int64_t nr, bint stacked, list splits):
     """Segments of rows covered by the same terms: ``(bounds, starts, members)``.
 
     ``ranges`` holds each term's ``(first_row, n_rows)``; segment ``g`` is rows
     ``bounds[g] .. bounds[g + 1] - 1``, covered by the terms
     ``members[starts[g]:starts[g + 1]]`` (in term order).  Without ``stacked``
-    every term covers every row.
+    every term covers every row.  ``splits``: rows where a segment must
+    begin (the parts of a merge in threads).
     """
     cdef Py_ssize_t n_terms = len(ranges)
     if not stacked:
-        return (np.array([0, nr], dtype=INDEX_DTYPE), np.array([0, n_terms], dtype=INDEX_DTYPE),
-                np.arange(n_terms, dtype=INDEX_DTYPE))
+        bounds = [0] + splits + [nr]
+        return (np.array(bounds, dtype=INDEX_DTYPE),
+                np.arange(len(bounds), dtype=INDEX_DTYPE) * n_terms,
+                np.tile(np.arange(n_terms, dtype=INDEX_DTYPE), len(bounds) - 1))
     points = {0, nr}
+    points.update(splits)
     for first, m in ranges:
         if m:
             points.add(first)
@@ -2149,9 +2267,16 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             prepared[k][2] = data
             prepared[k][3] = scale
 
+    # row ranges for worker threads, each writing from the sum of the terms'
+    # entries in earlier rows (so the output must have room for all of them)
+    cdef Py_ssize_t n_parts = 1
+    if _threads > 1 and bound >= 2 * PARALLEL_ENTRIES and nr > 1 and bound == total:
+        n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(bound // PARALLEL_ENTRIES), nr)
+    splits = [nr * q // n_parts for q in range(1, n_parts)]
     segments, seg_start, seg_terms = _row_segments(
-        [(t[4], t[5]) for t in prepared], nr, stacked)
+        [(t[4], t[5]) for t in prepared], nr, stacked, splits)
     first_rows = np.array([t[4] for t in prepared], dtype=INDEX_DTYPE)
+    part_segments = np.searchsorted(segments, [0] + splits + [nr])
 
     out_index = np.int32 if int32 else INDEX_DTYPE
     out_indptr = np.empty(nr + 1, dtype=out_index)
@@ -2159,30 +2284,23 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     out_data = np.empty(bound, dtype=out_dtype) if values else None
 
     cdef Py_ssize_t slots = n_terms if n_terms > 0 else 1
+    cdef Py_ssize_t q
+    cdef int64_t row, start, shift, r
     cdef Term* ts = <Term*>malloc(slots * sizeof(Term))
-    cdef Term* act = <Term*>malloc(slots * sizeof(Term))
-    cdef int64_t* los = <int64_t*>malloc(slots * sizeof(int64_t))
-    cdef int64_t* his = <int64_t*>malloc(slots * sizeof(int64_t))
-    cdef int64_t* cursors = <int64_t*>malloc(slots * sizeof(int64_t))
-    cdef MergeState* st = <MergeState*>malloc(sizeof(MergeState))
-    cdef Dense dense
-    cdef void* oip = _ptr(out_indptr)
-    cdef void* oix = _ptr(out_indices)
+    cdef MergePart* parts = <MergePart*>calloc(n_parts, sizeof(MergePart))
+    cdef MergePart* p
+    cdef _PartRunner runner
     cdef void* od = _ptr(out_data)
-    cdef const int64_t* fr = <const int64_t*>_ptr(first_rows)
-    cdef const int64_t* sr = <const int64_t*>_ptr(segments)
-    cdef const int64_t* ss = <const int64_t*>_ptr(seg_start)
-    cdef const int64_t* stm = <const int64_t*>_ptr(seg_terms)
-    cdef Py_ssize_t n_seg = segments.shape[0] - 1
-    dense.marker = NULL
-    dense.acc = NULL
+    cdef char* oix = <char*>_ptr(out_indices)
+    cdef char* odc = <char*>od
+    cdef size_t ixsize = 4 if int32 else 8
+    cdef size_t dsize = out_dtype.itemsize if values else 0
+    cdef int32_t* oip32 = <int32_t*>_ptr(out_indptr)
+    cdef int64_t* oip64 = <int64_t*>_ptr(out_indptr)
+    futures = []
     try:
-        if (ts == NULL or act == NULL or los == NULL or his == NULL or cursors == NULL
-                or st == NULL):
+        if ts == NULL or parts == NULL:
             raise MemoryError()
-        st.los = los
-        st.his = his
-        st.cap = bound
         for k in range(n_terms):
             ts[k].indptr = <const int64_t*>_ptr(prepared[k][0])
             ts[k].indices = <const int64_t*>_ptr(prepared[k][1])
@@ -2194,21 +2312,94 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             ts[k].nnz = prepared[k][1].shape[0]
             ts[k].mode = _term_mode(prepared[k][2], prepared[k][3], kind)
             ts[k].holes = prepared[k][6]
+        for q in range(n_parts):
+            p = &parts[q]
+            p.active = <Term*>malloc(slots * sizeof(Term))
+            p.cursors = <int64_t*>malloc(slots * sizeof(int64_t))
+            p.st = <MergeState*>malloc(sizeof(MergeState))
+            if p.st != NULL:
+                p.st.los = <int64_t*>malloc(slots * sizeof(int64_t))
+                p.st.his = <int64_t*>malloc(slots * sizeof(int64_t))
+            if (p.active == NULL or p.cursors == NULL or p.st == NULL or p.st.los == NULL
+                    or p.st.his == NULL):
+                raise MemoryError()
+            p.kind = kind
+            p.int32 = int32
+            p.values = values
+            p.n_rows = nr
+            p.n_cols = nc
+            p.n_terms = n_terms
+            p.terms = ts
+            p.first_rows = <const int64_t*>_ptr(first_rows)
+            p.s0 = part_segments[q]
+            p.s1 = part_segments[q + 1]
+            p.seg_rows = <const int64_t*>_ptr(segments)
+            p.seg_start = <const int64_t*>_ptr(seg_start)
+            p.seg_terms = <const int64_t*>_ptr(seg_terms)
+            p.out_indptr = _ptr(out_indptr)
+            p.out_indices = oix
+            p.out_data = od
+            # each term's entries before the part's first row: its cursors, and
+            # their sum bounds the output before it (the part writes from there)
+            row = 0 if q == 0 else splits[q - 1]
+            start = 0
+            for k in range(n_terms):
+                r = min(max(row - prepared[k][4], 0), prepared[k][5])
+                p.cursors[k] = ts[k].indptr[r]
+                start += p.cursors[k]
+            p.start = start
+        for q in range(n_parts):
+            parts[q].st.cap = parts[q + 1].start if q + 1 < n_parts else bound
+        if int32:
+            oip32[0] = 0
+        else:
+            oip64[0] = 0
+        for q in range(1, n_parts):
+            runner = _PartRunner()
+            runner.part = &parts[q]
+            futures.append(_submit(runner))
         with nogil:
-            if int32:
-                nnz = _merge_kind(kind, nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values,
-                                  st, act, cursors, &dense, <int32_t*>oip, <int32_t*>oix, od)
-            else:
-                nnz = _merge_kind(kind, nr, nc, n_terms, ts, fr, n_seg, sr, ss, stm, values,
-                                  st, act, cursors, &dense, <int64_t*>oip, <int64_t*>oix, od)
+            _run_part(&parts[0])
+        for future in futures:
+            future.result()
+        futures = []
+        # the parts, one after the other: close the gaps their bounds left
+        nnz = parts[0].end
+        for q in range(1, n_parts):
+            if nnz < 0:
+                break
+            p = &parts[q]
+            if p.end < 0:
+                nnz = p.end
+                break
+            shift = p.start - nnz
+            if shift:
+                memmove(oix + nnz * ixsize, oix + p.start * ixsize,
+                        (p.end - p.start) * ixsize)
+                if values:
+                    memmove(odc + nnz * dsize, odc + p.start * dsize,
+                            (p.end - p.start) * dsize)
+                for r in range(splits[q - 1] + 1,
+                               splits[q] + 1 if q + 1 < n_parts else nr + 1):
+                    if int32:
+                        oip32[r] -= shift
+                    else:
+                        oip64[r] -= shift
+            nnz += p.end - p.start
     finally:
+        for future in futures:  # (only after an error: never free what a thread uses)
+            future.result()
+        if parts != NULL:
+            for q in range(n_parts):
+                free(parts[q].active)
+                free(parts[q].cursors)
+                if parts[q].st != NULL:
+                    free(parts[q].st.los)
+                    free(parts[q].st.his)
+                free(parts[q].st)
+                _free_dense(&parts[q].dense)
+        free(parts)
         free(ts)
-        free(act)
-        free(los)
-        free(his)
-        free(cursors)
-        free(st)
-        _free_dense(&dense)
     if nnz == -2:
         raise MemoryError("merge_scaled: no memory for a dense row of %d columns" % nc)
     if nnz < 0:
