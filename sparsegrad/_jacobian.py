@@ -405,10 +405,14 @@ def _merge(J, index_dtype=None):
     for first_row, block in J.pieces():
         n_rows = block.n_rows
         for s, d, M in block.terms:
-            if M is not None and M._indptr is None:  # a selection, by its columns
+            # selections (the identity too) go by their columns: the kernel
+            # reads no indptr of theirs and nothing is built for them
+            if M is None:
+                indptr, indices, data = None, _arange(n_rows, xp), None
+            elif M.columns is not None:
                 indptr, indices, data = None, M.columns, None
             else:
-                indptr, indices, data = _csr_arrays(n_rows, M, xp)
+                indptr, indices, data = M.indptr, M.indices, M.data
             row_scale = None
             factor = _factor(s, d)
             if not seed.pattern_only and not _is_one(factor):
