@@ -9,6 +9,7 @@ Run from the repository root::
     python -m asv_benchmarks.ratios --keep-freed-memory      # glibc keeps freed heap memory
     python -m asv_benchmarks.ratios --no-pool                # without sparsegrad's memory pool
     python -m asv_benchmarks.ratios --residual-in-pool       # residual fault-free too
+    python -m asv_benchmarks.ratios --threads 1              # merges in one thread
 
 For each problem and size it prints, all measured in this one process:
 
@@ -334,6 +335,8 @@ def report(results, checks, out=print):
             "fresh); numpy's residual keeps its own allocator and, from arrays of about "
             "128 KiB on, its own page faults: read the ratios with the residual column "
             "(docs/performance.md)" % (pool.held_bytes // 2 ** 20, pool.reused, pool.fresh))
+    out("note: merges ran in up to %d thread(s) (sparsegrad.set_num_threads, --threads); "
+        "numpy's residual runs in one" % sparsegrad.get_num_threads())
     if failed:
         out("FAILED targets (%d): %s" % (len(failed), "; ".join(failed)))
     else:
@@ -432,8 +435,13 @@ def main(argv=None):
     parser.add_argument("--no-pool", action="store_true",
                         help="turn sparsegrad's memory pool off (memory_pool_limit(0)) to "
                              "see what it gains; on by default, as for users")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="threads for sparsegrad's merges (sparsegrad.set_num_threads; "
+                             "default: SPARSEGRAD_NUM_THREADS or min(4, CPUs))")
     args = parser.parse_args(argv)
     import sparsegrad
+    if args.threads is not None:
+        sparsegrad.set_num_threads(args.threads)
     if args.no_pool:
         sparsegrad.memory_pool_limit(0)
     if args.keep_freed_memory:
@@ -452,6 +460,7 @@ def main(argv=None):
     data["keep_freed_memory"] = bool(args.keep_freed_memory)
     data["memory_pool"] = sparsegrad.memory_pool_info()._asdict()
     data["residual_in_pool"] = bool(args.residual_in_pool)
+    data["threads"] = sparsegrad.get_num_threads()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
