@@ -125,34 +125,41 @@ def _host(indices):
 
 
 # ---- data movement -----------------------------------------------------------------
-def _move(apply, operands):
+def _move(apply, operands, fills=False):
     """Apply a data-movement function to values and to Jacobian row numbers.
 
     ``apply(arrays, rows)`` is called once with the values (``rows=False``) and
     once with integer arrays holding ``1 + row number`` for forward operands and
     ``0`` for constants (``rows=True``); zeros in the second result (padding,
-    constants) become zero Jacobian rows.
+    constants) become zero Jacobian rows.  ``fills``: ``apply`` fills whatever
+    it adds with ``-1`` itself when ``rows`` is true (never with a zero of its
+    own making), so the row numbers go in as they are and constants as ``-1``:
+    two passes over the rows fewer.
     """
     operands = [coerce(o) for o in operands]
     values = [nvalue(o) for o in operands]
     result = apply(values, False)
     forwards = _forwards(operands)
     jacobians = [x._jacobian for x in forwards]
-    offset = 1
+    offset = 0 if fills else 1
     numbers_ = []
     for operand, v in zip(operands, values):
         if isinstance(operand, value):
             operand._owns = False  # the result may be a view of its value
-            numbers_.append(row_index(operand.shape) + offset)
+            numbers_.append(row_index(operand.shape) + offset if offset
+                            else row_index(operand.shape))
             offset += operand.size
         else:
-            numbers_.append(np.zeros(np.shape(v), dtype=INDEX_DTYPE))
+            numbers_.append(np.full(np.shape(v), -1 if fills else 0, dtype=INDEX_DTYPE))
     rows = apply(numbers_, True)
     stacked = jac.vstack(jacobians)
 
     def pair(v, r):
-        # (fresh and read-only: a selection keeps these rows without a copy)
-        return make(v, jac.take_rows(stacked, jac._readonly(np.asarray(r).ravel() - 1)))
+        r = np.asarray(r).ravel()
+        if not fills:
+            # (fresh and read-only: a selection keeps these rows without a copy)
+            r = jac._readonly(r - 1)
+        return make(v, jac.take_rows(stacked, r))
 
     if isinstance(result, (list, tuple)):
         return [pair(v, r) for v, r in zip(result, rows)]
@@ -238,6 +245,9 @@ _PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
 def _pad(array, pad_width, mode="constant", **kwargs):
     if mode not in _PAD_MODES:
         raise unsupported("numpy.pad", "mode=%r (supported: %s)" % (mode, ", ".join(_PAD_MODES)))
+    if kwargs.get("reflect_type", "even") != "even":  # 2 a[edge] - a[i]: not a movement
+        raise unsupported("numpy.pad", "reflect_type=%r (supported: 'even')"
+                          % kwargs["reflect_type"])
     # (plain Python numbers: numpy and CuPy both take them; a host array would not
     # mix with device values)
     pad_width = _backend.to_host(nvalue(pad_width)).tolist()
@@ -245,9 +255,9 @@ def _pad(array, pad_width, mode="constant", **kwargs):
     def apply(arrays, rows):
         options = dict(kwargs)
         if rows and mode == "constant":
-            options["constant_values"] = 0  # padding is constant: zero rows
+            options["constant_values"] = -1  # padding is constant: zero rows
         return np.pad(arrays[0], pad_width, mode=mode, **options)
-    return _move(apply, [array])
+    return _move(apply, [array], fills=True)
 
 
 def _sequence_function(function):

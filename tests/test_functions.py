@@ -743,6 +743,17 @@ def test_unsupported_function_raises_type_error_naming_it(name):
     assert name in str(info.value)
 
 
+@pytest.mark.parametrize("options", [{"mode": "reflect", "reflect_type": "odd"},
+                                     {"mode": "symmetric", "reflect_type": "odd"},
+                                     {"mode": "linear_ramp"}, {"mode": "mean"}])
+def test_pad_modes_that_compute_values_are_refused(options):
+    # odd reflection is 2 a[edge] - a[i], the statistics modes combine values:
+    # neither moves data, and row numbers must never go through them
+    x = forward.seed(_x((4,), "pad"))
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.pad"):
+        np.pad(x, 2, **options)
+
+
 def test_linalg_solve_with_forward_matrix_raises():
     x = forward.seed(_x((4,), "solve") + np.array([3.0, 0, 0, 3.0]))
     with pytest.raises(TypeError) as info:
