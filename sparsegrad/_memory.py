@@ -39,6 +39,7 @@ import os
 import sys
 
 from ._fast import pool as _pool
+from ._settings import environment_int
 
 __all__ = ["keep_freed_memory", "pooled", "memory_pool_info", "memory_pool_limit",
            "release_memory_pool", "PoolInfo"]
@@ -56,17 +57,7 @@ reused, fresh : pooled allocations served from freed memory, and by the C librar
 
 
 def _initial_limit():
-    text = os.environ.get("SPARSEGRAD_MEMORY_POOL_BYTES", "")
-    if not text:
-        return _DEFAULT_POOL_BYTES
-    try:
-        limit = int(text)
-    except ValueError:
-        raise ValueError("SPARSEGRAD_MEMORY_POOL_BYTES must be a number of bytes, not %r"
-                         % text) from None
-    if limit < 0:
-        raise ValueError("SPARSEGRAD_MEMORY_POOL_BYTES must be >= 0, not %d" % limit)
-    return limit
+    return environment_int("SPARSEGRAD_MEMORY_POOL_BYTES", _DEFAULT_POOL_BYTES, 0, "bytes")
 
 
 if _pool is not None:

@@ -15,8 +15,10 @@ number of CPUs this process may run on, at most 4.  The reference kernels
 >>> sparsegrad.set_num_threads(previous)
 """
 import operator
+import os
 
 from ._fast import compiled
+from ._settings import environment_int
 
 __all__ = ["set_num_threads", "get_num_threads"]
 
@@ -54,3 +56,16 @@ def get_num_threads():
     True
     """
     return 1 if compiled is None else compiled.get_threads()
+
+
+def _default_threads():
+    """``SPARSEGRAD_NUM_THREADS``, else the CPUs this process may run on, at most 4."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        cpus = os.cpu_count() or 1
+    return environment_int("SPARSEGRAD_NUM_THREADS", max(1, min(4, cpus)), 1, "threads")
+
+
+if compiled is not None:
+    compiled.set_threads(_default_threads())

@@ -405,17 +405,27 @@ def _random_block_terms(rng, n_rows, n_cols, n_terms, dtype=np.float64, selectio
 
 
 def _expected_blocks(terms, shape, dtype):
+    """Dense sum and stored pattern of (possibly stacked) terms; a selection term
+    (indptr None) is built from its columns directly, not by selection_csr."""
     total = np.zeros(shape, dtype=dtype)
     stored = np.zeros(shape, dtype=bool)
     for term in terms:
         indptr, indices, data, scale = term[:4]
         first = term[4] if len(term) == 5 else 0
-        m = len(indptr) - 1
-        block = to_dense(indptr, indices, data, (m, shape[1]), dtype)
+        if indptr is None:
+            m = len(indices)
+            block = np.zeros((m, shape[1]), dtype=dtype)
+            rows = np.flatnonzero(indices >= 0)
+            block[rows, indices[rows]] = 1
+            where = block != 0
+        else:
+            m = len(indptr) - 1
+            block = to_dense(indptr, indices, data, (m, shape[1]), dtype)
+            where = pattern(indptr, indices, (m, shape[1]))
         if scale is not None:
             block = block * np.asarray(scale)[:, None]
         total[first:first + m] += block
-        stored[first:first + m] |= pattern(indptr, indices, (m, shape[1]))
+        stored[first:first + m] |= where
     return total, stored
 
 
@@ -1097,29 +1107,6 @@ def _selection_columns(rng, m, n_cols, holes=0.2):
     return columns.astype(I64)
 
 
-def _expected_with_selections(terms, shape, dtype):
-    total = np.zeros(shape, dtype=dtype)
-    stored = np.zeros(shape, dtype=bool)
-    for term in terms:
-        indptr, indices, data, scale = term[:4]
-        first = term[4] if len(term) == 5 else 0
-        if indptr is None:  # built from the columns directly, not by selection_csr
-            m = len(indices)
-            block = np.zeros((m, shape[1]), dtype=dtype)
-            rows = np.flatnonzero(indices >= 0)
-            block[rows, indices[rows]] = 1
-            where = block != 0
-        else:
-            m = len(indptr) - 1
-            block = to_dense(indptr, indices, data, (m, shape[1]), dtype)
-            where = pattern(indptr, indices, (m, shape[1]))
-        if scale is not None:
-            block = block * np.asarray(scale)[:, None]
-        total[first:first + m] += block
-        stored[first:first + m] |= where
-    return total, stored
-
-
 def test_merge_scaled_selection_terms_against_dense(kernels, rng):
     for _ in range(40):
         n_rows, n_cols = (int(x) for x in rng.integers(0, 12, 2))
@@ -1134,7 +1121,7 @@ def test_merge_scaled_selection_terms_against_dense(kernels, rng):
             m = int(rng.integers(0, n_rows))
             terms.append((None, _selection_columns(rng, m, n_cols), None, None,
                           int(rng.integers(0, n_rows - m + 1))))
-        _check_merge(kernels, n_rows, n_cols, terms, _expected_with_selections)
+        _check_merge(kernels, n_rows, n_cols, terms, _expected_blocks)
 
 
 def test_merge_scaled_selection_term_example(kernels):

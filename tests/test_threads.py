@@ -64,19 +64,20 @@ def test_set_and_get(restore_threads):
         sparsegrad.set_num_threads(2.5)
 
 
-@needs_compiled
 def test_default_from_the_environment(monkeypatch):
     monkeypatch.setenv("SPARSEGRAD_NUM_THREADS", "3")
-    assert compiled._default_threads() == 3
+    assert _threads._default_threads() == 3
     monkeypatch.setenv("SPARSEGRAD_NUM_THREADS", "")
-    assert 1 <= compiled._default_threads() <= 4
+    assert 1 <= _threads._default_threads() <= 4
     for bad in ("many", "0"):
         monkeypatch.setenv("SPARSEGRAD_NUM_THREADS", bad)
         with pytest.raises(ValueError, match="SPARSEGRAD_NUM_THREADS"):
-            compiled._default_threads()
+            _threads._default_threads()
 
 
 def test_docstring_examples():
     import doctest
-    failures, attempted = doctest.testmod(_threads)
-    assert attempted and not failures
+    from sparsegrad import _settings
+    for module in (_threads, _settings):
+        failures, attempted = doctest.testmod(module)
+        assert attempted and not failures

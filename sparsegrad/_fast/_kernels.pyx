@@ -2026,26 +2026,6 @@ cdef int _threads = 1
 _executor = None
 
 
-def _default_threads():
-    """``SPARSEGRAD_NUM_THREADS`` or the CPUs this process may run on, at most 4."""
-    import os
-    text = os.environ.get("SPARSEGRAD_NUM_THREADS", "").strip()
-    if text:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError("SPARSEGRAD_NUM_THREADS must be a whole number, not %r"
-                             % text) from None
-        if value < 1:
-            raise ValueError("SPARSEGRAD_NUM_THREADS must be >= 1, not %d" % value)
-        return value
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on every platform)
-        cpus = os.cpu_count() or 1
-    return max(1, min(4, cpus))
-
-
 def set_threads(n):
     """Use up to ``n`` threads in merge_scaled (1: none besides the caller's)."""
     global _threads
@@ -2082,7 +2062,6 @@ def _submit(runner):
 
 def _init_threads():
     import os
-    set_threads(_default_threads())
     if hasattr(os, "register_at_fork"):  # a forked child has no worker threads
         os.register_at_fork(after_in_child=_forget_executor)
 
