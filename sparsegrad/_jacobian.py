@@ -356,6 +356,18 @@ def _csr_arrays(n_rows, matrix, xp=np):
     return matrix.indptr, matrix.indices, matrix.data
 
 
+def _combine(first, second):
+    """The term ``first + second`` of two terms with the same matrix."""
+    s, d, M = first
+    s2, d2 = second[:2]
+    if d is None and d2 is None:
+        return (s + s2, None, M)
+    if s == s2 and s != 0:
+        # s (d + d2): one pass (sums of stencil terms share s, a grid factor)
+        return (s, (1 if d is None else d) + (1 if d2 is None else d2), M)
+    return (1, _factor(s, d) + _factor(s2, d2), M)
+
+
 def add(terms):
     """Sum of Jacobians with the same seed and number of rows.
 
@@ -380,11 +392,7 @@ def add(terms):
             if key not in combined:
                 combined[key] = term
             elif not seed.pattern_only:
-                s, d, M = combined[key]
-                if d is None and term[1] is None:
-                    combined[key] = (s + term[0], None, M)
-                else:
-                    combined[key] = (1, _factor(s, d) + _factor(*term[:2]), M)
+                combined[key] = _combine(combined[key], term)
     result = Jacobian(seed, n_rows, terms=combined.values())
     result._zero = False  # holds the matrices of non-zero operands
     if len(result.terms) > MAX_TERMS:
