@@ -114,6 +114,8 @@ def asarray(x):
     """``x`` as an array on its own device: ``np.asarray`` for host data, unchanged
     for an array of a registered device (where ``np.asarray`` would copy to the
     host, or raise as CuPy does)."""
+    if type(x) is np.ndarray:  # (the common case, first)
+        return x
     return np.asarray(x) if of(x) is CPU else x
 
 

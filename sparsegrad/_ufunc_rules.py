@@ -216,8 +216,18 @@ def rule_name(ufunc):
     return "scipy.special." + name
 
 
+_CATEGORIES = {}
+
+
 def classify(ufunc):
     """The category name of ``ufunc`` (``'unclassified'`` if it is in none)."""
+    category = _CATEGORIES.get(ufunc)
+    if category is None:
+        category = _CATEGORIES[ufunc] = _category(ufunc)
+    return category
+
+
+def _category(ufunc):
     for name, table in (("differentiable", DERIVATIVES), ("selection", SELECTIONS),
                         ("piecewise_constant", PIECEWISE_CONSTANT),
                         ("predicate", PREDICATES), ("linear_algebra", LINEAR_ALGEBRA),

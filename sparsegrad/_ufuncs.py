@@ -27,9 +27,9 @@ _CALL_KEYWORDS = frozenset(["dtype", "casting", "order", "subok", "signature"])
 
 def apply(ufunc, method, inputs, kwargs):
     """Result of ``getattr(ufunc, method)(*inputs, **kwargs)`` with forward inputs."""
-    name = rules.rule_name(ufunc)
     if method == "__call__":
         return _call(ufunc, inputs, kwargs)
+    name = rules.rule_name(ufunc)
     if method == "reduce" and ufunc in _REDUCTIONS:
         axis = kwargs.pop("axis", 0)
         _refuse_keywords(name + ".reduce", kwargs, ("dtype", "keepdims"))
@@ -61,8 +61,8 @@ def _refuse_keywords(name, kwargs, allowed):
 
 
 def _call(ufunc, inputs, kwargs):
-    name = rules.rule_name(ufunc)
-    _refuse_keywords(name, kwargs, _CALL_KEYWORDS)
+    if kwargs:
+        _refuse_keywords(rules.rule_name(ufunc), kwargs, _CALL_KEYWORDS)
     if ufunc is np.multiply and any(scipy.sparse.issparse(i) for i in inputs):
         return _sparse_times(inputs)
     category = rules.classify(ufunc)
@@ -74,7 +74,8 @@ def _call(ufunc, inputs, kwargs):
         from ._functions import FUNCTIONS
         return FUNCTIONS[ufunc](*inputs, **kwargs)
     if category in ("unsupported", "unclassified"):
-        raise unsupported(name, rules.UNSUPPORTED.get(ufunc, "no derivative rule"))
+        raise unsupported(rules.rule_name(ufunc),
+                          rules.UNSUPPORTED.get(ufunc, "no derivative rule"))
     forwards = [(i, x) for i, x in enumerate(inputs) if isinstance(x, value)]
     out = _backend.asarray(ufunc(*values, **kwargs))
     if not forwards:  # only an out= target is a forward value
@@ -83,12 +84,12 @@ def _call(ufunc, inputs, kwargs):
     if category == "piecewise_constant":
         return make(out, jac.zero(seed, out.size))
     if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
-        return _non_holomorphic(ufunc, name, inputs[0], out)
+        return _non_holomorphic(ufunc, rules.rule_name(ufunc), inputs[0], out)
     partials = rules.DERIVATIVES.get(ufunc)
     for i, _ in forwards:
         if partials is not None and partials[i] is None:
-            raise unsupported(name, "argument %d is an integer and cannot depend on "
-                              "the seed" % (i + 1))
+            raise unsupported(rules.rule_name(ufunc), "argument %d is an integer and "
+                              "cannot depend on the seed" % (i + 1))
     if seed.pattern_only:  # the union of the operands' patterns: no partials, no masks
         return make(out, jac.add([broadcast_jacobian(x, out.shape) for _, x in forwards]))
     values = _at_precision(values, out.dtype)
@@ -103,8 +104,8 @@ def _call(ufunc, inputs, kwargs):
             partial = partials[i]
             if callable(partial):
                 partial = partial(*values, out)
-            if np.ndim(partial) > 0:
-                if np.shape(partial) != out.shape:
+            if getattr(partial, "ndim", 0) > 0:
+                if partial.shape != out.shape:
                     partial = np.broadcast_to(partial, out.shape)
                 partial = partial.ravel()
             elif not isinstance(partial, (int, float)):
@@ -120,6 +121,8 @@ def _at_precision(values, dtype):
     that partial derivatives are as accurate as the value (a Python float next
     to a longdouble array, float32 inputs of float_power).
     """
+    if all(type(v) is np.ndarray and v.dtype == dtype for v in values):
+        return values  # (the common case: nothing to cast)
     inexact = dtype.kind in "fc"
     cast = []
     for v in values:
