@@ -384,3 +384,30 @@ def test_random_program_on_the_fake_device(program):
                     rtol=1e-12, atol=1e-13)
     assert _stored(program(forward.seed_sparsity(fake.asarray(x0))), "sparsity") == \
         _stored(expected)
+
+
+@settings(**SETTINGS)
+@given(programs())
+def test_random_program_with_merges_in_threads(program):
+    """Every merge of the program split into row ranges on three threads: the
+    same Jacobian and pattern, bit for bit, as in one thread."""
+    from sparsegrad._fast import compiled
+    if compiled is None:
+        return  # (the reference kernels have no threads)
+    x0 = program.x0
+    previous = compiled.get_threads()
+    compiled.set_threads(1)
+    try:
+        expected = sp.csr_matrix(program(forward.seed(x0)).dvalue)
+        expected_pattern = _stored(program(forward.seed_sparsity(x0)), "sparsity")
+        compiled.set_threads(3)
+        compiled._set_parallel_entries(1)
+        got = sp.csr_matrix(program(forward.seed(x0)).dvalue)
+        got_pattern = _stored(program(forward.seed_sparsity(x0)), "sparsity")
+    finally:
+        compiled.set_threads(previous)
+        compiled._set_parallel_entries(None)
+    assert got.indptr.tolist() == expected.indptr.tolist()
+    assert got.indices.tolist() == expected.indices.tolist()
+    assert_array_equal(got.data, expected.data)
+    assert got_pattern == expected_pattern
