@@ -66,6 +66,9 @@ def random_cases(rng, dtypes, count):
         # no terms, no arrays to find the device from: callers on a device
         # pass an empty block instead (see merge_scaled's docstring)
         merged = terms or [EMPTY_BLOCK]
+        if terms and n_rows and rng.random() < 0.5:  # a selection by its columns
+            selected = rng.integers(-1, n_cols, n_rows) if n_cols else np.full(n_rows, -1)
+            merged = merged + [(None, selected, None, terms[0][3])]
         for pattern_only in (False, True):
             yield "merge_scaled", (n_rows, n_cols, merged, pattern_only), {}
         if not terms:
