@@ -20,7 +20,13 @@ Checks printed by the demo:
 * a run with SciPy's own finite-difference Jacobian, grouped by the exact
   pattern ``jac_sparsity=sparsegrad.sparsity(...)``, agrees as well (SciPy's
   ``nfev`` does not count the evaluations spent on differences);
-* the Jacobian against the complex step, and the solution stays positive.
+* the Jacobian against the complex step, and the solution stays positive;
+* linear stability of the uniform state ``u = A``, ``v = B / A`` (a steady
+  state: the right-hand side vanishes there): the eigenvalues of the exact
+  Jacobian there are those of the 2x2 blocks ``[[B - 1 - d_j, A^2], [-B, -A^2 - d_j]]``
+  of the sine modes ``j`` of the discrete Laplacian (``d_j = 4 c sin^2(j pi / (2 (n + 1)))``),
+  and with ``B > 1 + A^2`` one of them has a positive real part: the uniform
+  state is unstable and the solution oscillates.
 
 Run ``python examples/brusselator.py [n]``, or import it and call
 ``main(n=..., verbose=...)``, which returns a dict of the results.
@@ -53,6 +59,22 @@ class Brusselator:
         du = self.A + u2v - (self.B + 1) * u + self.c * (u_pad[:-2] - 2 * u + u_pad[2:])
         dv = self.B * u - u2v + self.c * (v_pad[:-2] - 2 * v + v_pad[2:])
         return np.stack([du, dv], axis=1).ravel()
+
+    def uniform(self):
+        """The spatially uniform steady state ``u = A``, ``v = B / A``."""
+        return np.tile([self.A, self.B / self.A], self.n)
+
+    def mode_eigenvalues(self):
+        """Eigenvalues of the linearisation at :meth:`uniform`, mode by mode (theory)."""
+        j = np.arange(1, self.n + 1)
+        d = 4 * self.c * np.sin(j * np.pi / (2 * (self.n + 1))) ** 2
+        A, B = self.A, self.B
+        blocks = np.empty((self.n, 2, 2))
+        blocks[:, 0, 0] = B - 1 - d
+        blocks[:, 0, 1] = A * A
+        blocks[:, 1, 0] = -B
+        blocks[:, 1, 1] = -A * A - d
+        return np.linalg.eigvals(blocks).ravel()
 
     def initial(self):
         u = 1.0 + np.sin(2 * np.pi * self.x)
@@ -101,6 +123,20 @@ def main(n=500, t_end=10.0, verbose=True, rtol=1e-6, atol=1e-9):
         sparsegrad.jacobian(small.rhs, argnums=1)(0.3, y).toarray()
         - numerical_jacobian(lambda z: small.rhs(0.3, z), y, method="complex"))))
     log("  Jacobian against the complex step (6 nodes): max error %.1e" % fd_error)
+
+    # linear stability of the uniform steady state, against the theory of its modes
+    modes = Brusselator(30)
+    steady = modes.uniform()
+    steady_residual = float(np.max(np.abs(modes.rhs(0.0, steady))))
+    eigenvalues = np.linalg.eigvals(sparsegrad.jacobian(modes.rhs, argnums=1)(0.0, steady)
+                                    .toarray())
+    theory = modes.mode_eigenvalues()
+    spectrum_error = float(np.max(np.abs(np.sort_complex(eigenvalues) - np.sort_complex(theory)))
+                           / np.max(np.abs(theory)))
+    growth = float(np.max(eigenvalues.real))
+    log("  uniform state u = A, v = B/A: |rhs| %.1e; Jacobian spectrum vs mode theory %.1e;"
+        " largest growth rate %.3f > 0 (B > 1 + A^2: unstable, oscillations)"
+        % (steady_residual, spectrum_error, growth))
     return {
         "n": n,
         "runs": runs,
@@ -108,6 +144,9 @@ def main(n=500, t_end=10.0, verbose=True, rtol=1e-6, atol=1e-9):
         "jacobian_type": type(J0).__name__,
         "jacobian_nnz": J0.nnz,
         "fd_error": fd_error,
+        "steady_residual": steady_residual,
+        "spectrum_error": spectrum_error,
+        "growth_rate": growth,
         "min_value": float(min(np.min(r["y"]) for r in runs.values())),
     }
 

@@ -116,12 +116,18 @@ def test_bratu_routes_find_the_manufactured_solution():
 def test_brusselator_routes_agree():
     result = _load("brusselator").main(n=40, t_end=4.0, verbose=False)
     assert all(run["success"] for run in result["runs"].values())
-    assert result["jacobian_type"] == "csr_matrix" and result["jacobian_nnz"] == 8 * 40 - 4  # 4 per row, 2 ends
+    assert result["jacobian_type"] == "csr_matrix"
+    assert result["jacobian_nnz"] == 8 * 40 - 4  # 4 per row, 2 ends
     for name in ("BDF, sparsegrad jac", "Radau, sparsegrad jac", "BDF, jac_sparsity"):
         assert result["differences"][name] < 1e-4, name
     assert result["runs"]["BDF, sparsegrad jac"]["njev"] >= 1
     assert result["fd_error"] < 1e-12
     assert result["min_value"] > 0
+    # the uniform state is steady, and its exact linearisation has the modes' spectrum,
+    # with a growing mode (B = 3 > 1 + A^2 = 2)
+    assert result["steady_residual"] < 1e-14
+    assert result["spectrum_error"] < 1e-10
+    assert result["growth_rate"] > 0
 
 
 def test_heat_sensitivity_matches_finite_differences():
