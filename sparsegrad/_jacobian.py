@@ -460,12 +460,14 @@ class _Rows:
     and no random access.
     """
 
-    __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous", "_device_flat")
+    __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous", "_device_flat",
+                 "_may_be_empty")
 
-    def __init__(self, rows, n_source):
+    def __init__(self, rows, n_source, may_be_empty=True):
         rows = np.asarray(rows)
         self.shape = rows.shape
         self.size = rows.size
+        self._may_be_empty = may_be_empty
         self._flat = None
         self._device_flat = None  # (backend, the row numbers copied there)
         self._base = _arange(n_source)
@@ -489,7 +491,8 @@ class _Rows:
 
     def has_empty(self):
         """Whether some row number is ``-1`` (a zero row); views of arange never are."""
-        return self._view is None and self.size > 0 and self._flat.min() < 0
+        return (self._may_be_empty and self._view is None and self.size > 0
+                and self._flat.min() < 0)
 
     @property
     def flat(self):
@@ -551,19 +554,24 @@ def _gather(seed, M, rows, key):
     if cache is not None:
         if len(cache) >= (_MAX_SELECTIONS if M is None else _MAX_GATHERS):
             cache.clear()
-        cache[key] = (rows.flat.copy() if key[0] == "array" else None, result)
+        stored = None
+        if key[0] == "array":  # (our own read-only row numbers need no copy)
+            stored = rows.flat if not rows.flat.flags.writeable else rows.flat.copy()
+        cache[key] = (stored, result)
     return result
 
 
-def take_rows(J, rows, key=None):
+def take_rows(J, rows, key=None, may_be_empty=True):
     """Rows ``rows`` of ``J`` (int array; ``-1`` gives a zero row).
 
     Gathers, broadcasting and every pure data movement (transpose, flip, roll,
     concatenation, padding...) reduce to this.  ``key``, when given, is a
     hashable description of ``rows`` under which identical gathers share their
-    matrix.
+    matrix.  ``may_be_empty=False``: the caller knows no row number is ``-1``
+    (rows made by indexing the row numbers), so nothing looks for one.  A
+    read-only ``rows`` array is kept by the matrices built, not copied.
     """
-    rows = _Rows(rows, J.n_rows)
+    rows = _Rows(rows, J.n_rows, may_be_empty)
     n = rows.size
     if n == J.n_rows and (n == 0 or rows.is_all()):
         return J

@@ -199,11 +199,15 @@ class value(NDArrayOperatorsMixin):
         key, row_key = _device_keys(_plain_key(key), self._value)
         self._owns = False  # basic indexing returns a view of _value
         result = _backend.asarray(self._value[key])
-        rows = row_index(self.shape)[row_key]
+        # (a view of the read-only row numbers, or a fresh array that is ours: made
+        # read-only, the gathered selections keep it without a copy; numpy indexing
+        # of the row numbers never gives -1)
+        rows = jac._readonly(row_index(self.shape)[row_key])
         key = row_key
         if isinstance(self._jac, Assembly):
             return make(result, self._jac.take_rows(rows))
-        return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, key)))
+        return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, key),
+                                          may_be_empty=False))
 
     @pooled
     def __setitem__(self, key, new):
