@@ -1187,3 +1187,15 @@ def test_compiled_merge_selection_terms_on_every_path(compiled, rng, pattern_onl
     stacked = [t[:4] + (0,) for t in terms[:3]] + [(None, terms[3][1][:n - 10], None, None, 10)]
     assert_same_result(call(compiled.merge_scaled, n, n, stacked, pattern_only),
                        _reference.merge_scaled(n, n, stacked, pattern_only))
+
+
+def test_compiled_merge_in_parts_rejects_bad_indptr_at_a_split(compiled):
+    # an indptr entry far outside the entries, or decreasing, at the rows where
+    # a merge is split: reported as one merge would, never written through
+    n = 600
+    for bad in (10 ** 9, -5, 100):
+        indptr = np.arange(n + 1, dtype=I64)
+        indptr[n // 3:2 * n // 3] = bad
+        terms = [_shifted_selection(n, 3), (indptr, np.arange(n, dtype=I64), None, None)]
+        with pytest.raises(ValueError, match="term 1"):
+            compiled.merge_scaled(n, n, terms)

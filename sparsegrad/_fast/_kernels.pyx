@@ -2251,7 +2251,10 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     cdef Py_ssize_t n_parts = 1
     if _threads > 1 and bound >= 2 * PARALLEL_ENTRIES and nr > 1 and bound == total:
         n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(bound // PARALLEL_ENTRIES), nr)
-    splits = [nr * q // n_parts for q in range(1, n_parts)]
+    splits = _balanced_splits(prepared, nr, n_parts, total) if n_parts > 1 else []
+    if splits and not _cursors_valid(prepared, splits):
+        splits = []  # (one part: its loop finds and reports the bad indptr)
+    n_parts = len(splits) + 1
     segments, seg_start, seg_terms = _row_segments(
         [(t[4], t[5]) for t in prepared], nr, stacked, splits)
     first_rows = np.array([t[4] for t in prepared], dtype=INDEX_DTYPE)
@@ -2385,6 +2388,61 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         _validate_terms(prepared, nc)
         raise ValueError("merge_scaled: invalid CSR input")  # not reached
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
+
+
+cdef int64_t _entries_before(list prepared, int64_t row):
+    """The terms' entries in the rows before ``row`` (of the result)."""
+    cdef int64_t count = 0, r
+    cdef const int64_t* ip
+    for t in prepared:
+        r = min(max(row - <int64_t>t[4], 0), <int64_t>t[5])
+        ip = <const int64_t*>_ptr(t[0])
+        count += ip[r]
+    return count
+
+
+cdef bint _cursors_valid(list prepared, list splits):
+    """Whether every term's indptr at the split rows lies within its entries and
+    does not decrease from split to split: the parts start from these cursors,
+    and the loops check each row's step from there on (by induction, as one
+    loop does from ``indptr[0] == 0``)."""
+    cdef int64_t r, nnz_k, cursor, previous
+    cdef const int64_t* ip
+    for t in prepared:
+        ip = <const int64_t*>_ptr(t[0])
+        nnz_k = t[1].shape[0]
+        previous = 0
+        for row in splits:
+            r = min(max(<int64_t>row - <int64_t>t[4], 0), <int64_t>t[5])
+            cursor = ip[r]
+            if cursor < previous or cursor > nnz_k:
+                return False
+            previous = cursor
+    return True
+
+
+cdef list _balanced_splits(list prepared, int64_t nr, Py_ssize_t n_parts, int64_t total):
+    """Rows that split the merge into ``n_parts`` ranges of about equal entries
+    (stacked blocks of different widths make equal rows unequal work); distinct,
+    increasing, inside ``(0, nr)``."""
+    cdef int64_t lo, hi, mid, goal, last = 0
+    cdef Py_ssize_t q
+    splits = []
+    for q in range(1, n_parts):
+        goal = total * q // n_parts
+        lo = last + 1
+        hi = nr - (n_parts - q)      # (room for the later splits)
+        if lo > hi:
+            break
+        while lo < hi:  # the first row with at least goal entries before it
+            mid = (lo + hi) // 2
+            if _entries_before(prepared, mid) < goal:
+                lo = mid + 1
+            else:
+                hi = mid
+        splits.append(lo)
+        last = lo
+    return splits
 
 
 cdef int _term_mode(data, scale, int kind):
