@@ -81,3 +81,33 @@ def test_docstring_examples():
     for module in (_threads, _settings):
         failures, attempted = doctest.testmod(module)
         assert attempted and not failures
+
+
+def _jacobian_in_child(queue):
+    compiled._set_parallel_entries(1000)
+    x0 = 1.5 + np.sin(np.arange(3 * 5000) * 0.01)
+    J = _shallow_water_like(forward.seed(x0)).dvalue
+    queue.put((J.nnz, float(abs(J).sum())))
+
+
+@needs_compiled
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_forked_child_merges_in_threads(restore_threads):
+    # the parent's worker threads do not exist in a forked child: it must make
+    # its own, not wait for the parent's (a hang here would be the bug)
+    import multiprocessing
+    sparsegrad.set_num_threads(3)
+    compiled._set_parallel_entries(1000)
+    x0 = 1.5 + np.sin(np.arange(3 * 5000) * 0.01)
+    J = _shallow_water_like(forward.seed(x0)).dvalue     # the parent's pool starts
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_jacobian_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=120)
+    if child.is_alive():  # pragma: no cover - the failure being tested for
+        child.kill()
+        pytest.fail("a forked child hung merging in threads")
+    assert child.exitcode == 0
+    nnz, total = queue.get(timeout=10)
+    assert nnz == J.nnz and total == pytest.approx(float(abs(J).sum()), rel=1e-15)
