@@ -156,9 +156,8 @@ def _move(apply, operands, fills=False):
 
     def pair(v, r):
         r = np.asarray(r).ravel()
-        if not fills:
-            # (fresh and read-only: a selection keeps these rows without a copy)
-            r = jac._readonly(r - 1)
+        # (ours, made read-only: a selection keeps these rows without a copy)
+        r = jac._readonly(r if fills else r - 1)
         return make(v, jac.take_rows(stacked, r))
 
     if isinstance(result, (list, tuple)):
