@@ -5,7 +5,8 @@ entries) is split into row ranges merged at the same time, one per thread;
 the result is the same, bit for bit, whatever the number of threads.  The
 default is the ``SPARSEGRAD_NUM_THREADS`` environment variable, else the
 number of CPUs this process may run on, at most 4.  The reference kernels
-(pure numpy) always use one thread.
+(pure numpy) always use one thread, and so do merges of device arrays (the GPU
+backend's kernels are the reference kernels on the device).
 
 >>> import sparsegrad
 >>> previous = sparsegrad.get_num_threads()
