@@ -2326,8 +2326,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             row = 0 if q == 0 else splits[q - 1]
             start = 0
             for k in range(n_terms):
-                r = min(max(row - prepared[k][4], 0), prepared[k][5])
-                p.cursors[k] = ts[k].indptr[r]
+                p.cursors[k] = _cursor_at(prepared[k], row)
                 start += p.cursors[k]
             p.start = start
         for q in range(n_parts):
@@ -2390,14 +2389,18 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     return out_indptr, _trim(out_indices, nnz), _trim(out_data, nnz)
 
 
+cdef inline int64_t _cursor_at(list term, int64_t row):
+    """A prepared term's entries in the rows before ``row`` of the result: its
+    indptr at that row, clamped to the term's own rows."""
+    cdef int64_t r = min(max(row - <int64_t>term[4], 0), <int64_t>term[5])
+    return (<const int64_t*>_ptr(term[0]))[r]
+
+
 cdef int64_t _entries_before(list prepared, int64_t row):
     """The terms' entries in the rows before ``row`` (of the result)."""
-    cdef int64_t count = 0, r
-    cdef const int64_t* ip
+    cdef int64_t count = 0
     for t in prepared:
-        r = min(max(row - <int64_t>t[4], 0), <int64_t>t[5])
-        ip = <const int64_t*>_ptr(t[0])
-        count += ip[r]
+        count += _cursor_at(t, row)
     return count
 
 
@@ -2406,15 +2409,12 @@ cdef bint _cursors_valid(list prepared, list splits):
     does not decrease from split to split: the parts start from these cursors,
     and the loops check each row's step from there on (by induction, as one
     loop does from ``indptr[0] == 0``)."""
-    cdef int64_t r, nnz_k, cursor, previous
-    cdef const int64_t* ip
+    cdef int64_t nnz_k, cursor, previous
     for t in prepared:
-        ip = <const int64_t*>_ptr(t[0])
         nnz_k = t[1].shape[0]
         previous = 0
         for row in splits:
-            r = min(max(<int64_t>row - <int64_t>t[4], 0), <int64_t>t[5])
-            cursor = ip[r]
+            cursor = _cursor_at(t, row)
             if cursor < previous or cursor > nnz_k:
                 return False
             previous = cursor

@@ -341,6 +341,20 @@ def gather_rows(indptr, indices, data, rows):
     >>> gather_rows(np.array([0, 1, 3]), np.array([0, 0, 1]), None, np.array([1, -1, 0]))
     (array([0, 2, 2, 3]), array([0, 1, 0]), None)
     """
+    return gather_rows_by(_source_positions, indptr, indices, data, rows)
+
+
+def _source_positions(xp, new_indptr, starts, counts):
+    """Position in the source of every entry of a row gather."""
+    total = int(new_indptr[-1])
+    source = xp.arange(total, dtype=INDEX_DTYPE)
+    source -= _repeat(xp, new_indptr[:-1] - starts, counts, total)
+    return source
+
+
+def gather_rows_by(source_positions, indptr, indices, data, rows):
+    """:func:`gather_rows` with ``source_positions(xp, new_indptr, starts, counts)``
+    finding where each entry comes from (a device kernel may do that step)."""
     xp = _namespace(indptr, indices, data, rows)
     rows = xp.asarray(rows, dtype=INDEX_DTYPE)
     n_rows = len(indptr) - 1
@@ -357,9 +371,7 @@ def gather_rows(indptr, indices, data, rows):
     counts = xp.where(rows >= 0, indptr[rows + 1] - starts, 0)
     new_indptr = xp.zeros(len(rows) + 1, dtype=INDEX_DTYPE)
     xp.cumsum(counts, out=new_indptr[1:])
-    total = int(new_indptr[-1])
-    source = xp.arange(total, dtype=INDEX_DTYPE)
-    source -= _repeat(xp, new_indptr[:-1] - starts, counts, total)
+    source = source_positions(xp, new_indptr, starts, counts)
     new_data = None if data is None else data[source]
     return new_indptr, indices[source], new_data
 

@@ -39,17 +39,9 @@ def gather_rows(indptr, indices, data, rows):
     arrays when opted in (:mod:`sparsegrad.gpu._cuda`)."""
     if not _cuda.enabled(indptr, indices, data, rows):
         return _reference.gather_rows(indptr, indices, data, rows)
-    import cupy
-    rows = cupy.asarray(rows, dtype=cupy.int64)
-    n_rows = len(indptr) - 1
-    if len(rows) and bool((rows.min() < -1) | (rows.max() >= n_rows)):
-        return _reference.gather_rows(indptr, indices, data, rows)  # raises as numpy does
-    starts = indptr[rows]
-    counts = cupy.where(rows >= 0, indptr[rows + 1] - starts, 0)
-    new_indptr = cupy.zeros(len(rows) + 1, dtype=cupy.int64)
-    cupy.cumsum(counts, out=new_indptr[1:])
-    source = _cuda.row_sources(new_indptr, starts)
-    return new_indptr, indices[source], None if data is None else data[source]
+    return _reference.gather_rows_by(
+        lambda xp, new_indptr, starts, counts: _cuda.row_sources(new_indptr, starts),
+        indptr, indices, data, rows)
 
 
 __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
