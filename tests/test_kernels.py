@@ -45,6 +45,12 @@ def _threaded(module, threads):
     return module
 
 
+def _restore(module, threads):
+    """The module's own settings again: ``threads`` threads, the default split size."""
+    module.set_threads(threads)
+    module._set_parallel_entries(None)
+
+
 @pytest.fixture(params=["reference", "compiled", "compiled, 3 threads"])
 def kernels(request):
     """The kernel module under test (compiled: also with its merges in threads)."""
@@ -54,7 +60,7 @@ def kernels(request):
     module = _compiled_module()
     threads = module.get_threads()
     yield _threaded(module, 3 if "threads" in request.param else 1)
-    _threaded(module, threads)
+    _restore(module, threads)
 
 
 @pytest.fixture(scope="module", params=["1 thread", "3 threads"])
@@ -64,7 +70,7 @@ def compiled(request):
     module = _compiled_module()
     threads = module.get_threads()
     yield _threaded(module, 3 if request.param == "3 threads" else 1)
-    _threaded(module, threads)
+    _restore(module, threads)
 
 
 # ---------------------------------------------------------------------------
