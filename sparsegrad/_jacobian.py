@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import _backend
-from ._fast import kernels
+from ._fast._reference import _repeat
 from ._errors import SeedMismatchError
 
 INDEX_DTYPE = np.int64
@@ -705,15 +705,10 @@ def mask_rows(J, keep):
             terms.append((1, xp.where(keep, factor, 0), M))
             continue
         single = materialize(Jacobian(J.seed, J.n_rows, matrix=M, diag=factor))
-        entry_keep = _repeat(xp, keep, xp.diff(single.indptr))
+        entry_keep = _repeat(xp, keep, xp.diff(single.indptr), len(single.indices))
         terms.append((1, None, CSR(single.shape, single.indptr, single.indices,
                                    xp.where(entry_keep, single.data, 0))))
     return Jacobian(J.seed, J.n_rows, terms=terms)
-
-
-def _repeat(xp, values, counts):
-    """``xp.repeat(values, counts)`` (CuPy's repeat takes the counts as a host list)."""
-    return xp.repeat(values, counts if xp is np else counts.tolist())
 
 
 def structural_zeros(J):
