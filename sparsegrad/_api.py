@@ -75,14 +75,6 @@ def _output(result, name):
     return array, None
 
 
-def _jacobian_dtype(array, seed):
-    if seed.pattern_only:
-        return np.dtype(np.bool_)
-    if np.issubdtype(array.dtype, np.inexact):
-        return array.dtype
-    return np.dtype(np.float64)
-
-
 def _to_matrix(array, J, seed, dtype):
     """``J`` (None: zero) as a 2-d ``csr_matrix`` of shape ``(array.size, seed.size)``."""
     if J is None:
@@ -128,7 +120,7 @@ def _evaluate(f, argnums, args, kwargs, pattern_only, name):
     if J is not None and J.seed is not seed:
         raise ValueError("%s: the result does not come from the seeded arguments "
                          "(was another seed() used inside the function?)" % name)
-    matrix = _to_matrix(array, J, seed, _jacobian_dtype(array, seed))
+    matrix = _to_matrix(array, J, seed, _jacobian.matrix_dtype(seed, array.dtype))
     return array, matrix, [x.size for x in seeds]
 
 
@@ -343,9 +335,9 @@ def jvp(f, x, v, args=(), kwargs=None):
     x_forward = _make(array, _jacobian.Jacobian(seed, n, matrix=column))
     result, J = _output(f(x_forward, *args, **dict(kwargs or {})), "sparsegrad.jvp")
     if J is None:
-        return result, xp.zeros(result.shape, _jacobian_dtype(result, seed))
+        return result, xp.zeros(result.shape, _jacobian.matrix_dtype(seed, result.dtype))
     if J.seed is not seed:
         raise ValueError("sparsegrad.jvp: the result does not come from x "
                          "(was another seed() used inside the function?)")
-    product = _jacobian.to_scipy(J, _jacobian_dtype(result, seed)).toarray()
+    product = _jacobian.to_scipy(J, _jacobian.matrix_dtype(seed, result.dtype)).toarray()
     return result, product.reshape(result.shape)

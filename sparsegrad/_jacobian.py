@@ -649,6 +649,17 @@ def vstack(jacobians):
     return Jacobian.stacked(seed, blocks)
 
 
+def matrix_dtype(seed, value_dtype):
+    """The dtype of the scipy matrix of a Jacobian whose value has ``value_dtype``:
+    bool in sparsity mode, else the value's own inexact dtype (float32 stays
+    float32), float64 for integer values."""
+    if seed.pattern_only:
+        return np.dtype(np.bool_)
+    if np.issubdtype(value_dtype, np.inexact):
+        return np.dtype(value_dtype)
+    return np.dtype(np.float64)
+
+
 def to_scipy(J, dtype):
     """``J`` as a new ``scipy.sparse.csr_matrix`` of ``dtype`` that owns its arrays.
 

@@ -79,13 +79,7 @@ class value(NDArrayOperatorsMixin):
     def dvalue(self):
         J = self._jacobian
         seed = J.seed
-        if seed.pattern_only:
-            dtype = np.bool_
-        elif np.issubdtype(self._value.dtype, np.inexact):
-            dtype = self._value.dtype
-        else:
-            dtype = np.float64
-        matrix = jac.to_scipy(J, dtype)
+        matrix = jac.to_scipy(J, jac.matrix_dtype(seed, self._value.dtype))
         if seed.scalar and self._value.ndim == 0:
             return matrix.toarray().reshape(())
         return matrix

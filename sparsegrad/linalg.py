@@ -51,11 +51,7 @@ MAX_DENSE_ENTRIES = 10 ** 7
 def _matrix_of(v):
     """The Jacobian of a forward value as a scipy CSR matrix, always 2-d."""
     J = jacobian_of(v)
-    if J.seed.pattern_only:
-        dtype = np.bool_
-    else:  # as .dvalue: the value's dtype (float32 stays float32)
-        dtype = v.dtype if np.issubdtype(v.dtype, np.inexact) else np.float64
-    return _jacobian.to_scipy(J, dtype)
+    return _jacobian.to_scipy(J, _jacobian.matrix_dtype(J.seed, v.dtype))
 
 
 def _solution_jacobian(solve, n, rhs, seed, name):
