@@ -37,15 +37,11 @@ import numpy as np
 import scipy.sparse
 
 from ._jacobian import _readonly
-from ._value import value as _forward_value, nvalue
+from ._value import is_forward as _is_forward, nvalue
 
 __all__ = ["SparseMatrix", "csr_matrix", "coo_matrix", "diags", "assemble", "issparse"]
 
 _INDEX = np.int64
-
-
-def _is_forward(x):
-    return isinstance(x, _forward_value)
 
 
 def _sum_into(slot, n_out, values):
@@ -698,10 +694,7 @@ def diags(diagonals, offsets=0, shape=None, dtype=None):
         rows.append(i)
         cols.append(i + k)
         values.append(diagonal)
-    if not any(_is_forward(v) for v in values):
-        data = np.concatenate([np.asarray(v) for v in values])
-    else:
-        data = np.concatenate(values)
+    data = np.concatenate(values)  # (a forward value among them: its own concatenate)
     return coo_matrix((data, (np.concatenate(rows), np.concatenate(cols))), shape=(m, n),
                       dtype=dtype)
 
@@ -750,5 +743,4 @@ def assemble(elements, blocks, shape):
                          % (np.shape(nvalue(blocks)), expected))
     rows = np.broadcast_to(row_dofs[:, :, None], expected)
     cols = np.broadcast_to(col_dofs[:, None, :], expected)
-    return coo_matrix((blocks.reshape(-1) if _is_forward(blocks) else blocks,
-                       (rows.ravel(), cols.ravel())), shape=shape)
+    return coo_matrix((blocks, (rows.ravel(), cols.ravel())), shape=shape)
