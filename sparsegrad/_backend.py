@@ -18,6 +18,7 @@ True
 'cpu'
 """
 import numpy as np
+import scipy.sparse
 
 from ._fast import kernels as _cpu_kernels
 
@@ -33,33 +34,26 @@ class Backend:
         Short name (``"cpu"``, ``"cuda"``...), used in error messages.
     xp : module
         The array module: array creation and operations (``numpy``, ``cupy``).
-    sparse : module or None
+    sparse : module
         Where ``.dvalue`` matrices are made: its ``csr_matrix((data, indices,
         indptr), shape=...)`` is called (``scipy.sparse``,
-        ``cupyx.scipy.sparse``); None imports ``scipy.sparse`` when first used.
+        ``cupyx.scipy.sparse``).
     kernels : module
         The kernel interface of ``sparsegrad._fast`` for these arrays.
 
     Examples
     --------
-    >>> Backend("cpu-copy", np, None, CPU.kernels).xp is np
+    >>> Backend("cpu-copy", np, scipy.sparse, CPU.kernels).xp is np
     True
     """
 
-    __slots__ = ("name", "xp", "_sparse", "kernels")
+    __slots__ = ("name", "xp", "sparse", "kernels")
 
     def __init__(self, name, xp, sparse, kernels):
         self.name = name
         self.xp = xp
-        self._sparse = sparse
+        self.sparse = sparse
         self.kernels = kernels
-
-    @property
-    def sparse(self):
-        if self._sparse is None:
-            import scipy.sparse
-            self._sparse = scipy.sparse
-        return self._sparse
 
     @property
     def linalg(self):
@@ -76,7 +70,7 @@ class Backend:
 
 
 #: numpy arrays, scipy.sparse matrices, the compiled (or reference) kernels
-CPU = Backend("cpu", np, None, _cpu_kernels)
+CPU = Backend("cpu", np, scipy.sparse, _cpu_kernels)
 
 # (ndarrays and Python numbers first: the common case is one dict lookup)
 _REGISTRY = {np.ndarray: CPU, float: CPU, int: CPU, complex: CPU, bool: CPU}

@@ -21,9 +21,8 @@ __all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]
 def _seed_array(x):
     # a private copy: later changes to the user's array cannot reach the forward value
     x = nvalue(x) if isinstance(x, value) else x
-    backend = _backend.of(x)
     # (a device array is copied on its device)
-    array = np.array(x, copy=True) if backend is _backend.CPU else backend.xp.asarray(x).copy()
+    array = np.array(x, copy=True) if _backend.of(x) is _backend.CPU else x.copy()
     if array.dtype.kind in "biu":
         array = array.astype(np.float64)
     elif array.dtype.kind not in "fc":
@@ -37,11 +36,12 @@ def _seed(arrays, pattern_only, name):
     if not arrays:
         raise TypeError("sparsegrad.forward.%s needs at least one array" % name)
     arrays = [_seed_array(x) for x in arrays]
-    backend = _backend.of(arrays[0])
-    if any(_backend.of(array) is not backend for array in arrays[1:]):
+    backends = [_backend.of(array) for array in arrays]
+    backend = backends[0]
+    if any(other is not backend for other in backends[1:]):
         raise TypeError("sparsegrad.forward.%s: the arrays live on different devices "
                         "(%s); seed arrays of one device together"
-                        % (name, ", ".join(_backend.of(a).name for a in arrays)))
+                        % (name, ", ".join(b.name for b in backends)))
     if len(arrays) == 1:
         array, = arrays
         seed = _jacobian.Seed(array.size, scalar=array.ndim == 0,
