@@ -43,5 +43,5 @@ pool = None
 if compiled is not None:
     try:
         from . import _pool as pool
-    except ImportError:  # an extension built before the pool existed
-        pool = None
+    except ImportError:  # an extension built before the pool existed: no pool
+        pass

@@ -176,18 +176,6 @@ def _device_function(name):
     return call
 
 
-def _device_creation(name):
-    function = getattr(np, name)
-
-    def create(*args, **kwargs):
-        _refuse_host("fake." + name, args, tuple(kwargs.values()))
-        return function(*args, **kwargs).view(DeviceArray)
-
-    create.__name__ = create.__qualname__ = name
-    create.__doc__ = "numpy.%s, made on the fake device." % name
-    return create
-
-
 class FakeDevice:
     """The array module of the fake device, the subset of ``cupy`` the kernels use.
 
@@ -215,10 +203,8 @@ class FakeDevice:
     ndarray = DeviceArray
 
     def __init__(self):
-        for name in self.FUNCTIONS:
+        for name in self.FUNCTIONS + self.CREATION:
             setattr(self, name, _device_function(name))
-        for name in self.CREATION:
-            setattr(self, name, _device_creation(name))
         for name in self.DTYPES:
             setattr(self, name, getattr(np, name))
 
