@@ -102,11 +102,7 @@ def test_pool_limit_and_release():
 
 
 def _pooled_array(make):
-    previous = pool.install()
-    try:
-        return make()
-    finally:
-        pool.restore(previous)
+    return _memory.pooled(make)()
 
 
 @needs_pool
