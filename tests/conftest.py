@@ -32,6 +32,19 @@ if settings is not None:
 RNG_SEED = 20240611
 
 
+@pytest.fixture(scope="session")
+def cupy():
+    """CuPy with a CUDA device; the test is skipped, saying why, without one."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        n_devices = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDA driver or runtime missing
+        pytest.skip("no CUDA device: %s" % exc)
+    if n_devices < 1:
+        pytest.skip("no CUDA device")
+    return cupy
+
+
 @pytest.fixture
 def rng():
     """A numpy Generator with a fixed seed, fresh for every test."""

@@ -280,13 +280,7 @@ def test_register_refuses_what_is_not_a_backend():
 
 # ---------------------------------------------------------------- real CuPy arrays
 
-@pytest.fixture
-def cupy():
-    if not gpu.available():
-        pytest.skip("no CuPy or no CUDA device")
-    import cupy
-    return cupy
-
+# (the ``cupy`` fixture is in conftest.py)
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["scale", "product", "exp_log", "slices", "roll",

@@ -260,17 +260,7 @@ def test_fake_namespace_refuses_unknown_names():
 # real CuPy arrays (skipped without CuPy and a CUDA device)
 # ---------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cupy():
-    cupy = pytest.importorskip("cupy")
-    try:
-        n_devices = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # CUDA driver or runtime missing
-        pytest.skip("no CUDA device: %s" % exc)
-    if n_devices < 1:
-        pytest.skip("no CUDA device")
-    return cupy
-
+# (the ``cupy`` fixture is in conftest.py)
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtypes", DTYPE_SETS)
