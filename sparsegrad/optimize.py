@@ -93,11 +93,7 @@ def _solve_krylov(kind, J, b, options):
         M = None
     method = {"gmres": scipy.sparse.linalg.gmres,
               "bicgstab": scipy.sparse.linalg.bicgstab}[kind]
-    krylov_options = {"rtol": options.get("rtol", 1e-10), "atol": 0.0,
-                      "maxiter": options.get("maxiter")}
-    if kind == "gmres":
-        krylov_options["restart"] = options.get("restart", 50)
-    step, info = method(J, b, M=M, **krylov_options)
+    step, info = method(J, b, M=M, **_krylov_settings(kind, options))
     if info != 0:
         raise _LinearSolveError("%s did not converge (info=%d); raise "
                                 "linear_options['maxiter'] or improve the preconditioner"
@@ -105,10 +101,18 @@ def _solve_krylov(kind, J, b, options):
     return step
 
 
+def _krylov_settings(kind, options):
+    """Tolerances and limits of a Krylov solve: the user's ``linear_options`` over
+    the defaults (relative tolerance 1e-10, GMRES restarted every 50 steps)."""
+    settings = {"rtol": options.get("rtol", 1e-10), "atol": 0.0,
+                "maxiter": options.get("maxiter")}
+    if kind == "gmres":
+        settings["restart"] = options.get("restart", 50)
+    return settings
+
+
 def _linear_solver(linear_solver, options):
-    """A function ``solve(J, b)`` for the chosen method."""
-    if callable(linear_solver):
-        return linear_solver, getattr(linear_solver, "__name__", "callable")
+    """A function ``solve(J, b)`` for the chosen method (not a callable: see newton)."""
     if linear_solver in ("direct", "auto"):
         linear_solver = direct_solvers()[0]
     if linear_solver in ("pardiso", "umfpack", "splu"):
@@ -125,16 +129,15 @@ def _linear_solver(linear_solver, options):
 
 def _device_solver(backend, linear_solver, options):
     """``solve(J, b)`` on a device: its sparse direct solver, or its GMRES."""
-    if callable(linear_solver):
-        return linear_solver, getattr(linear_solver, "__name__", "callable")
     linalg = backend.linalg
     if linear_solver in ("direct", "auto", "spsolve"):
         return (lambda J, b: linalg.spsolve(J, b)), "spsolve on %s" % backend.name
     if linear_solver == "gmres":
+        settings = _krylov_settings("gmres", options)
+        settings["tol"] = settings.pop("rtol")  # (cupyx's name for it)
+
         def solve(J, b):
-            step, info = linalg.gmres(J, b, tol=options.get("rtol", 1e-10), atol=0.0,
-                                      restart=options.get("restart", 50),
-                                      maxiter=options.get("maxiter"))
+            step, info = linalg.gmres(J, b, **settings)
             if info != 0:
                 raise _LinearSolveError("gmres did not converge (info=%d)" % info)
             return step
@@ -288,7 +291,9 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     if tol < 0 or xtol < 0 or not 0 < min_damping <= 1 or maxiter < 0:
         raise ValueError("sparsegrad.optimize.newton: need tol >= 0, xtol >= 0, "
                          "0 < min_damping <= 1 and maxiter >= 0")
-    if backend is _backend.CPU:
+    if callable(linear_solver):  # (the user's: for any device)
+        solve, solver_name = linear_solver, getattr(linear_solver, "__name__", "callable")
+    elif backend is _backend.CPU:
         solve, solver_name = _linear_solver(linear_solver, dict(linear_options or {}))
     else:
         solve, solver_name = _device_solver(backend, linear_solver,
