@@ -436,14 +436,17 @@ def _sparse_product(matrix, x, matrix_first):
         if xv.ndim == 1:
             L = jac.CSR.from_scipy(matrix)
         else:
-            L = jac.CSR.from_scipy(scipy.sparse.kron(matrix, scipy.sparse.eye(xv.shape[1])))
+            # (format="csr": the default BSR would store the zeros of each
+            # identity block, entries no element depends on)
+            L = jac.CSR.from_scipy(scipy.sparse.kron(matrix, scipy.sparse.eye(xv.shape[1]),
+                                                     format="csr"))
     else:
         result = (matrix.T @ xv.T).T
         if xv.ndim == 1:
             L = jac.CSR.from_scipy(matrix.T)
         else:
             L = jac.CSR.from_scipy(scipy.sparse.kron(scipy.sparse.eye(xv.shape[0]),
-                                                     matrix.T))
+                                                     matrix.T, format="csr"))
     if isinstance(result, np.matrix):
         result = np.asarray(result)
     return make(_backend.asarray(result), jac.left_multiply(L, x._jacobian))

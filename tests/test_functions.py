@@ -670,6 +670,35 @@ def test_constant_matrix_times_2d_forward():
     assert_jac(y, np.kron(dense, np.eye(2)), x0, rtol=1e-15, atol=0)
 
 
+@pytest.mark.parametrize("side", ["A @ X", "X @ A"])
+def test_scipy_matrix_times_2d_forward_stores_only_dependencies(side):
+    # entry (i, j) of A pairs column c of X with column c of the result only:
+    # the pattern is kron(pattern(A), I) exactly, with A's explicit zero kept
+    rows, cols = np.array([0, 0, 1, 2, 2]), np.array([0, 3, 1, 2, 4])
+    data = np.array([1.5, 0.0, -2.0, 3.0, 0.5])  # an explicit zero at (0, 3)
+    A = sp.csr_matrix((data, (rows, cols)), shape=(3, 5))
+    k = 2
+    pattern = np.zeros((3, 5), bool)
+    pattern[rows, cols] = True
+    if side == "A @ X":
+        x0 = _x((5, k), "multivector")
+        y = A @ forward.seed(x0)
+        dense, expected = A.toarray(), np.kron(pattern, np.eye(k, dtype=bool))
+        assert_value(y, dense @ x0, exact=False)
+        assert_jac(y, np.kron(dense, np.eye(k)), x0, rtol=1e-15, atol=0)
+    else:
+        x0 = _x((k, 3), "multivector")
+        y = forward.seed(x0) @ A
+        dense, expected = A.toarray(), np.kron(np.eye(k, dtype=bool), pattern.T)
+        assert_value(y, x0 @ dense, exact=False)
+        assert_jac(y, np.kron(np.eye(k), dense.T), x0, rtol=1e-15, atol=0)
+    J = y.dvalue
+    stored = np.zeros(J.shape, bool)
+    stored[np.repeat(np.arange(J.shape[0]), np.diff(J.indptr)), J.indices] = True
+    assert_array_equal(stored, expected)
+    assert J.nnz == 5 * k
+
+
 # ---------------------------------------------------------------------------
 # dtypes: the Jacobian dtype is the value dtype
 # ---------------------------------------------------------------------------
