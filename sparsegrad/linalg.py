@@ -34,7 +34,7 @@ from . import _jacobian
 from . import forward
 from ._errors import DensificationError
 from ._value import is_forward, jacobian_of, make, nvalue
-from .sparse import SparseMatrix, _as_sparse, _Pattern
+from .sparse import SparseMatrix, _as_sparse, _dense_operand, _Pattern
 
 __all__ = ["spsolve", "factorized", "splu", "SuperLU", "spsolve_triangular",
            "MAX_DENSE_ENTRIES"]
@@ -146,11 +146,7 @@ def _rhs(b, n, name):
     if scipy.sparse.issparse(b) or isinstance(b, SparseMatrix):
         raise TypeError("sparsegrad.linalg.%s: a sparse right-hand side is not "
                         "supported; pass a dense vector or matrix" % name)
-    if not is_forward(b):
-        b = np.asarray(b)
-        if b.dtype == object:
-            raise TypeError("sparsegrad.linalg.%s: right-hand side of dtype object (a "
-                            "list holding forward values?); stack it with np.stack" % name)
+    b = _dense_operand(b, "sparsegrad.linalg.%s: right-hand side" % name)
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError("sparsegrad.linalg.%s: right-hand side of shape %s for a %dx%d "
                          "matrix" % (name, b.shape, n, n))
@@ -211,7 +207,9 @@ def spsolve(A, b, permc_spec=None):
     array([[ 0.5,  0. ],
            [-0.5,  1. ]])
     """
-    return splu(_square(A, "spsolve"), permc_spec=permc_spec).solve(b)
+    A = _square(A, "spsolve")
+    b = _rhs(b, A.shape[0], "spsolve")  # (checked before the factorisation)
+    return splu(A, permc_spec=permc_spec)._solve(b, "N", "spsolve")
 
 
 class SuperLU:
@@ -251,9 +249,12 @@ class SuperLU:
         if trans not in ("N", "T", "H"):
             raise ValueError("sparsegrad.linalg.SuperLU.solve: trans must be 'N', 'T' "
                              "or 'H', not %r" % (trans,))
+        return self._solve(rhs, trans, "SuperLU.solve")
+
+    def _solve(self, rhs, trans, name):
         A = self._A
         applied = {"N": lambda: A, "T": lambda: A.T, "H": lambda: A.conj().T}[trans]()
-        return _solve(A, applied, self._factors.solver(trans), rhs, "SuperLU.solve")
+        return _solve(A, applied, self._factors.solver(trans), rhs, name)
 
 
 def splu(A, permc_spec=None, **options):

@@ -465,13 +465,17 @@ def _is_scalar(x):
     return np.ndim(nvalue(x)) == 0
 
 
-def _dense_operand(y):
+def _dense_operand(y, where="sparsegrad.sparse: operand"):
+    """``y`` as an ndarray unless it is a forward value; refuse object arrays.
+
+    ``where`` starts the error message (the function and the argument's role).
+    """
     if _is_forward(y):
         return y
     y = np.asarray(y)
     if y.dtype == object:
-        raise TypeError("sparsegrad.sparse: operand of dtype object (a list holding "
-                        "forward values?); stack them with np.stack first")
+        raise TypeError("%s of dtype object (a list holding forward values?); stack "
+                        "them with np.stack first" % where)
     return y
 
 

@@ -218,6 +218,9 @@ def test_errors():
         linalg.spsolve(A, scipy.sparse.identity(3))
     with pytest.raises(ValueError, match="shape"):
         linalg.spsolve(A, np.ones(4))
+    x = forward.seed(np.ones(3))
+    with pytest.raises(TypeError, match=r"linalg\.spsolve: right-hand side of dtype object"):
+        linalg.spsolve(A, np.array(list(x), dtype=object))
     with pytest.raises(ValueError, match="trans"):
         linalg.splu(A).solve(np.ones(3), trans="X")
     with pytest.raises(RuntimeError):  # SuperLU on a singular matrix

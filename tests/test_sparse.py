@@ -458,6 +458,8 @@ def test_errors_are_loud():
     assert A + 0 is A
     with pytest.raises(ValueError, match="dimension mismatch"):
         A @ np.ones(3)
+    with pytest.raises(TypeError, match="operand of dtype object"):
+        A @ np.array([x[0], x[1]], dtype=object)
     with pytest.raises(ValueError, match="dimension mismatch"):
         A @ sparse.diags(np.ones(3))
     with pytest.raises(ValueError, match="differ"):
