@@ -33,10 +33,14 @@ __all__ = ["row_index", "Assembly"]
 _FEW_PIECES = 8
 
 
-def row_index(shape):
-    """``arange(size).reshape(shape)``: the Jacobian row of every element (a read-only view)."""
+def row_index(shape, xp=np):
+    """``arange(size).reshape(shape)``: the Jacobian row of every element (a read-only view).
+
+    ``xp``: the array module the row numbers are made with (a device's, for
+    index arrays that live there).
+    """
     size = int(np.prod(shape, dtype=np.int64))
-    return jac._arange(size).reshape(shape)
+    return jac._arange(size, xp).reshape(shape)
 
 
 class Assembly:

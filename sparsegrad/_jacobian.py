@@ -457,21 +457,28 @@ class _Rows:
     ``arange(n).reshape(shape)`` by basic indexing (slices, integers, ``None``),
     it is a strided view of that arange, and the same strides read any other
     contiguous array of length ``n``: a strided copy, with no index array built
-    and no random access.
+    and no random access.  Row numbers computed on a device (reads with a
+    device index array) stay there: ``flat`` is then a device array.
     """
 
     __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous", "_device_flat",
                  "_may_be_empty")
 
     def __init__(self, rows, n_source, may_be_empty=True):
-        rows = np.asarray(rows)
-        self.shape = rows.shape
-        self.size = rows.size
         self._may_be_empty = may_be_empty
-        self._flat = None
         self._device_flat = None  # (backend, the row numbers copied there)
         self._base = _arange(n_source)
         self._view = None
+        backend = _backend.of(rows)
+        if backend is not _backend.CPU:
+            self.shape, self.size = tuple(rows.shape), int(rows.size)
+            self._flat = rows.astype(INDEX_DTYPE, copy=False).reshape(-1)
+            self._device_flat = (backend, self._flat)
+            return
+        rows = np.asarray(rows)
+        self.shape = rows.shape
+        self.size = rows.size
+        self._flat = None
         if rows.base is self._base and rows.dtype == INDEX_DTYPE:
             item = rows.itemsize
             self._view = ((rows.ctypes.data - self._base.ctypes.data) // item,
@@ -487,7 +494,7 @@ class _Rows:
             return self._view[0] == 0 and self.size == n and self._contiguous
         rows = self._flat
         return (len(rows) == n and (n == 0 or rows[0] == 0 and rows[-1] == n - 1)
-                and np.array_equal(rows, self._base))
+                and _same_rows(rows, _arange(n, _backend.of(rows).xp)))
 
     def has_empty(self):
         """Whether some row number is ``-1`` (a zero row); views of arange never are."""
@@ -504,7 +511,7 @@ class _Rows:
     def flat_on(self, backend):
         """The row numbers as a 1-d int64 array of ``backend`` (copied there once)."""
         if backend is _backend.CPU:
-            return self.flat
+            return self.flat  # (never device row numbers: they only meet device data)
         if self._device_flat is None or self._device_flat[0] is not backend:
             self._device_flat = (backend, _backend.to_device(self.flat, backend))
         return self._device_flat[1]
@@ -520,6 +527,15 @@ class _Rows:
         item = v.itemsize
         return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,
                           strides=tuple(step * item for step in steps)).ravel()
+
+
+def _same_rows(a, b):
+    """Whether two 1-d int arrays of one backend hold the same row numbers."""
+    if a.shape != b.shape:
+        return False
+    if _backend.of(a) is _backend.CPU:
+        return np.array_equal(a, b)
+    return bool((a == b).all())  # (one scalar from the device)
 
 
 def _gather(seed, M, rows, key):
@@ -538,7 +554,9 @@ def _gather(seed, M, rows, key):
         hit = cache.get(key)
         if hit is not None:
             stored_rows, matrix = hit
-            if stored_rows is None or np.array_equal(stored_rows, rows.flat):
+            if stored_rows is None or (
+                    _backend.of(stored_rows) is _backend.of(rows.flat)
+                    and _same_rows(stored_rows, rows.flat)):
                 return matrix
     if M is None:
         result = _selection(seed.size, rows.flat_on(seed.backend))
@@ -556,7 +574,8 @@ def _gather(seed, M, rows, key):
             cache.clear()
         stored = None
         if key[0] == "array":  # (our own read-only row numbers need no copy)
-            stored = rows.flat if not rows.flat.flags.writeable else rows.flat.copy()
+            flat = rows.flat
+            stored = flat if not getattr(flat.flags, "writeable", True) else flat.copy()
         cache[key] = (stored, result)
     return result
 

@@ -190,17 +190,23 @@ class value(NDArrayOperatorsMixin):
     # ---- indexing ------------------------------------------------------------
     @pooled
     def _take(self, key):
-        key, row_key = _device_keys(_plain_key(key), self._value)
+        key = _plain_key(key)
+        assembly = isinstance(self._jac, Assembly)
+        # an index array on the value's device: the row numbers are computed there
+        # too (no copy of the index to the host); an Assembly's bookkeeping is on
+        # the host
+        on_device = not assembly and _holds_array_of(key, _backend.of(self._value))
+        key, row_key = _device_keys(key, self._value, rows_on_device=on_device)
         self._owns = False  # basic indexing returns a view of _value
         result = _backend.asarray(self._value[key])
         # (a view of the read-only row numbers, or a fresh array that is ours: made
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)
-        rows = jac._readonly(row_index(self.shape)[row_key])
-        key = row_key
-        if isinstance(self._jac, Assembly):
+        xp = _backend.of(self._value).xp if on_device else np
+        rows = jac._readonly(row_index(self.shape, xp)[row_key])
+        if assembly:
             return make(result, self._jac.take_rows(rows))
-        return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, key),
+        return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, row_key),
                                           may_be_empty=False))
 
     @pooled
@@ -294,12 +300,13 @@ def _plain_key(key):
     return nvalue(key) if isinstance(key, value) else key
 
 
-def _device_keys(key, array):
+def _device_keys(key, array, rows_on_device=False):
     """``(key for the value, key for the row numbers)`` of an indexing key.
 
-    Row numbers are host arrays (``row_index``); the value may live on a device.
-    Index arrays of the key go to the value's device for the value, and to the
-    host for the row numbers.  On the CPU both are ``key``.
+    The value may live on a device.  Index arrays of the key go to the value's
+    device for the value; for the row numbers they go to the host (where
+    ``row_index`` and the write bookkeeping live), or stay on the device with
+    ``rows_on_device``.  On the CPU both are ``key``.
     """
     backend = _backend.of(array)
     if backend is _backend.CPU:
@@ -307,10 +314,22 @@ def _device_keys(key, array):
     parts = key if isinstance(key, tuple) else (key,)
     on_device = tuple(_backend.to_device(k, backend) if isinstance(k, np.ndarray) and k.ndim
                       else k for k in parts)
-    on_host = tuple(_backend.to_host(k) if _backend.of(k) is backend else k for k in parts)
+    if rows_on_device:
+        on_host = on_device
+    else:
+        on_host = tuple(_backend.to_host(k) if _backend.of(k) is backend else k
+                        for k in parts)
     if isinstance(key, tuple):
         return on_device, on_host
     return on_device[0], on_host[0]
+
+
+def _holds_array_of(key, backend):
+    """Whether an indexing key holds an array of ``backend`` (a device's, not the CPU)."""
+    if backend is _backend.CPU:
+        return False
+    parts = key if isinstance(key, tuple) else (key,)
+    return any(_backend.of(k) is backend for k in parts)
 
 
 def _slice_key(shape, key):
@@ -319,8 +338,8 @@ def _slice_key(shape, key):
     Slices and ints give their normal form; an integer index array gives its
     identity (the gather cache then compares contents before reuse).
     """
-    if isinstance(key, np.ndarray) and key.dtype.kind in "iu" and len(shape) == 1:
-        return ("array", shape, id(key))
+    if getattr(key, "ndim", 0) and key.dtype.kind in "iu" and len(shape) == 1:
+        return ("array", shape, id(key))  # (host or device arrays)
     parts = key if isinstance(key, tuple) else (key,)
     if len(parts) > len(shape):
         return None

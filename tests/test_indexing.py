@@ -192,13 +192,22 @@ def _device_index(index, xp):
 
 @pytest.mark.parametrize("device_index", [False, True], ids=["host-index", "device-index"])
 @pytest.mark.parametrize("shape,index", [p for p in _read_params() if p.values[0] != ()])
-def test_read_on_the_fake_device(shape, index, device_index):
+def test_read_on_the_fake_device(shape, index, device_index, monkeypatch):
     """Every read case with the seed on a device, its index arrays on the host (CuPy
-    takes them) or on the device: the CPU's value and Jacobian, the value on the device."""
+    takes them) or on the device: the CPU's value and Jacobian, the value on the device.
+    A device index array is never copied to the host (its row numbers are computed
+    on the device)."""
+    from sparsegrad import _backend
     from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
     fake_backend()
     x0 = _x(shape)
     key = _device_index(index, fake) if device_index else index
+    if device_index:
+        def refuse(x):
+            if _backend.of(x) is not _backend.CPU:
+                raise AssertionError("an index array was copied to the host")
+            return np.asarray(x)
+        monkeypatch.setattr(_backend, "to_host", refuse)
     y = forward.seed(fake.asarray(x0))[key]
     assert isinstance(y.value, DeviceArray)
     assert_array_equal(fake.asnumpy(y.value), x0[index])
