@@ -92,6 +92,10 @@ def _call(ufunc, inputs, kwargs):
                               "cannot depend on the seed" % (i + 1))
     if seed.pattern_only:  # the union of the operands' patterns: no partials, no masks
         return make(out, jac.add([broadcast_jacobian(x, out.shape) for _, x in forwards]))
+    # plain arrays of the caller: a partial that is one of them (``x * c`` has the
+    # partial ``c``) is copied, or writing into ``c`` later would change the Jacobian
+    constants = [v for v, x in zip(values, inputs)
+                 if not isinstance(x, value) and getattr(v, "ndim", 0)]
     values = _at_precision(values, out.dtype)
     if category == "selection":
         first = np.broadcast_to(rules.SELECTIONS[ufunc](*values, out), out.shape).ravel()
@@ -104,6 +108,8 @@ def _call(ufunc, inputs, kwargs):
             partial = partials[i]
             if callable(partial):
                 partial = partial(*values, out)
+                if any(partial is c for c in constants):
+                    partial = partial.copy()
             if getattr(partial, "ndim", 0) > 0:
                 if partial.shape != out.shape:
                     partial = np.broadcast_to(partial, out.shape)
@@ -168,15 +174,18 @@ def _scatter_add(target, indices, increment):
     """``np.add.at(target, indices, increment)`` on a forward target."""
     from ._indexing import row_index
     from ._value import _device_keys
-    indices, row_indices = _device_keys(plain(indices), target._value)
+    from ._value import _broadcast_rows
+    indices, row_indices = _device_keys(plain(indices), target._array)
     rows = row_index(target.shape)[row_indices]
-    if not target._owns:
-        target._value = target._value.copy()
+    if isinstance(increment, value):  # (checked before anything is written)
+        source = _broadcast_rows(increment.shape, rows.shape).ravel()
+    increment_array = nvalue(increment)  # (before the copy: ``increment`` may be ``target``)
+    if not target._owns:  # copy on write, as in value.__setitem__
+        target._array = target._array.copy()
         target._owns = True
-    np.add.at(target._value, indices, nvalue(increment))
+    np.add.at(target._array, indices, increment_array)
     if not isinstance(increment, value):
         return
-    source = np.broadcast_to(row_index(increment.shape), rows.shape).ravel()
     J_inc = jac.take_rows(increment._jacobian, source)
     scatter = jac.CSR((target.size, len(source)), *_scatter_pattern(rows.ravel(),
                                                                    target.size))

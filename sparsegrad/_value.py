@@ -52,20 +52,34 @@ class value(NDArrayOperatorsMixin):
         ``sparsity``).
     """
 
-    __slots__ = ("_value", "_jac", "_owns")
+    __slots__ = ("_array", "_jac", "_owns")
     # take precedence over ndarray and scipy.sparse operands in Python operators
     __array_priority__ = 1000
 
     def __init__(self, array, jacobian):
-        self._value = array
+        self._array = array
         self._jac = jacobian
-        self._owns = False  # True only when no view of _value exists outside
+        # True only while nothing outside holds _array (no view, no Jacobian that
+        # keeps it as a row factor): only then may an index write go into it
+        self._owns = False
 
     # ---- value and Jacobian ------------------------------------------------
     @property
+    def _value(self):
+        """The value array for computing with: whoever reads it may keep it (a
+        partial derivative of ``x * y`` is the other operand itself), so a later
+        index write copies it first instead of writing into it."""
+        self._owns = False
+        return self._array
+
+    @_value.setter
+    def _value(self, array):
+        self._array = array
+
+    @property
     def value(self):
         self._owns = False
-        return self._value
+        return self._array
 
     @property
     def _jacobian(self):
@@ -79,8 +93,8 @@ class value(NDArrayOperatorsMixin):
     def dvalue(self):
         J = self._jacobian
         seed = J.seed
-        matrix = jac.to_scipy(J, jac.matrix_dtype(seed, self._value.dtype))
-        if seed.scalar and self._value.ndim == 0:
+        matrix = jac.to_scipy(J, jac.matrix_dtype(seed, self._array.dtype))
+        if seed.scalar and self._array.ndim == 0:
             return matrix.toarray().reshape(())
         return matrix
 
@@ -88,10 +102,10 @@ class value(NDArrayOperatorsMixin):
     sparsity = dvalue
 
     # ---- array attributes ---------------------------------------------------
-    shape = property(lambda self: self._value.shape)
-    ndim = property(lambda self: self._value.ndim)
-    size = property(lambda self: self._value.size)
-    dtype = property(lambda self: self._value.dtype)
+    shape = property(lambda self: self._array.shape)
+    ndim = property(lambda self: self._array.ndim)
+    size = property(lambda self: self._array.size)
+    dtype = property(lambda self: self._array.dtype)
     T = property(lambda self: np.transpose(self))
     real = property(lambda self: np.real(self))
     imag = property(lambda self: np.imag(self))
@@ -99,7 +113,7 @@ class value(NDArrayOperatorsMixin):
     def __repr__(self):
         J = self._jacobian
         return "sparsegrad.forward.value(%r, jacobian %dx%d)" % (
-            self._value, J.n_rows, J.seed.size)
+            self._array, J.n_rows, J.seed.size)
 
     # ---- conversions that would drop the derivative refuse -----------------
     def __array__(self, dtype=None, copy=None):
@@ -121,7 +135,7 @@ class value(NDArrayOperatorsMixin):
         raise TypeError(_TO_PLAIN)
 
     def __bool__(self):
-        return bool(self._value)
+        return bool(self._array)
 
     # ---- methods users reach for -------------------------------------------
     def reshape(self, *shape, order="C"):
@@ -211,19 +225,26 @@ class value(NDArrayOperatorsMixin):
 
     @pooled
     def __setitem__(self, key, new):
-        key, row_key = _device_keys(_plain_key(key), self._value)
-        if not self._owns:  # copy on first write: never write into a shared array
-            self._value = self._value.copy()
-            self._owns = True
+        key, row_key = _device_keys(_plain_key(key), self._array)
         new = coerce(new)
-        self._value[key] = nvalue(new)
+        # everything that can fail comes before the value is written, so that a
+        # refused write leaves value and Jacobian as they were
         target_rows = row_index(self.shape)[row_key]
+        if isinstance(new, value):
+            # the source's Jacobian before this write (``new`` may be ``self``)
+            piece = new._jac if not isinstance(new._jac, Assembly) else new._jacobian
+            source_rows = _broadcast_rows(new.shape, target_rows.shape)
+            new_array = new._value
+        else:
+            new_array = nvalue(new)
+        if not self._owns:  # copy on write: never write into a shared array
+            self._array = self._array.copy()
+            self._owns = True
+        self._array[key] = new_array
         assembly = self._jac
         if not isinstance(assembly, Assembly):
             assembly = self._jac = Assembly(self._jac)
         if isinstance(new, value):
-            source_rows = np.broadcast_to(row_index(new.shape), target_rows.shape)
-            piece = new._jac if not isinstance(new._jac, Assembly) else new._jacobian
             assembly.write(target_rows.ravel(), piece, source_rows.ravel())
         else:
             assembly.write(target_rows.ravel(), None, None)
@@ -277,7 +298,7 @@ class _array_value(value):
     __getitem__ = value._take
 
     def __len__(self):
-        return len(self._value)
+        return len(self._array)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -322,6 +343,15 @@ def _device_keys(key, array, rows_on_device=False):
     if isinstance(key, tuple):
         return on_device, on_host
     return on_device[0], on_host[0]
+
+
+def _broadcast_rows(shape, target_shape):
+    """Row numbers of a value of ``shape`` broadcast to ``target_shape`` as numpy's
+    assignment does (leading axes of length 1 beyond the target's are dropped)."""
+    rows = row_index(shape)
+    while rows.ndim > len(target_shape) and rows.shape[0] == 1:
+        rows = rows[0]
+    return np.broadcast_to(rows, target_shape)
 
 
 def _holds_array_of(key, backend):

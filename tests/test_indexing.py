@@ -583,3 +583,71 @@ def test_read_then_write_intermediate_independent():
     F[1] = x[0]
     assert_array_equal(G.value, [0.0, 0.0])
     assert_array_equal(_dense(G), np.zeros((2, 4)))
+
+
+# ---------------------------------------------------------------------------
+# writes never change what was computed before them
+# ---------------------------------------------------------------------------
+
+def test_later_writes_leave_earlier_results_unchanged():
+    """A value written into, then used as a factor, then written into again: the
+    product keeps the factor it was computed with (its Jacobian is not a view of
+    the written buffer)."""
+    x0 = np.array([0.5, 1.0, 1.5, 2.0])
+
+    def f(x):
+        u = x * 1.0
+        u[0] = 1.0                 # u owns a fresh buffer now
+        flux = u * x               # keeps u's values as the row factor of J_x
+        u[-1] = 0.0                # must not write into that factor
+        u *= 2.0                   # (in place: the same)
+        np.multiply(u, 1.0, out=u)
+        return flux + u
+
+    y = f(forward.seed(x0))
+    assert_allclose(y.value, f(x0))
+    assert_allclose(y.dvalue.toarray(), numerical_jacobian(f, x0, method="central"),
+                    rtol=1e-7, atol=1e-9)
+
+
+def test_writes_into_a_constant_leave_earlier_products_unchanged():
+    x = forward.seed(np.array([1.0, 2.0, 3.0]))
+    c = np.array([10.0, 20.0, 30.0])
+    z, w = x * c, c * np.sin(x)
+    c[:] = 0.0
+    assert_array_equal(z.dvalue.diagonal(), [10.0, 20.0, 30.0])
+    assert_allclose(w.dvalue.diagonal(), [10.0, 20.0, 30.0] * np.cos([1.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["fresh", "pending-write"])
+@pytest.mark.parametrize("key", [slice(None, None, -1), np.array([2, 1, 0])],
+                         ids=["reversed", "fancy"])
+def test_assigning_a_value_into_itself(key, pending):
+    x = forward.seed(np.array([1.0, 2.0, 3.0]))
+    y = x * 1.0
+    expected = np.eye(3)
+    if pending:
+        y[0] = 2 * x[0]
+        expected = np.diag([2.0, 1.0, 1.0])
+    y[key] = y
+    assert_array_equal(y.value, np.array([3.0, 2.0, 2.0 if pending else 1.0]))
+    assert_array_equal(y.dvalue.toarray(), expected[::-1])
+
+
+def test_write_with_extra_leading_axes_like_numpy():
+    x = forward.seed(np.array([1.0, 2.0, 3.0]))
+    F = np.zeros(5, like=x)
+    F[0:3] = x.reshape(1, 3) * 2           # numpy drops the leading axis of length 1
+    F[3:] = x[1:].reshape(1, 1, 2)
+    assert_array_equal(F.value, [2.0, 4.0, 6.0, 2.0, 3.0])
+    assert_array_equal(F.dvalue.toarray(), [[2, 0, 0], [0, 2, 0], [0, 0, 2], [0, 1, 0],
+                                            [0, 0, 1]])
+
+
+def test_refused_write_changes_nothing():
+    x = forward.seed(np.array([1.0, 2.0, 3.0]))
+    F = x * 1.0
+    with pytest.raises(ValueError):
+        F[0:2] = x             # shapes (2,) and (3,) do not broadcast
+    assert_array_equal(F.value, [1.0, 2.0, 3.0])
+    assert_array_equal(F.dvalue.toarray(), np.eye(3))
