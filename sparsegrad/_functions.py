@@ -183,13 +183,35 @@ def _reshaping(function, order_position):
     @implements(function)
     def reshaped(a, *args, **kwargs):
         order = kwargs.get("order", "C")
-        if order_position is not None and len(args) > order_position:
+        positional = order_position is not None and len(args) > order_position
+        if positional:
             order = args[order_position]
+        if order in ("A", "K") and isinstance(a, value):
+            # the value's memory layout decides; the row numbers are C-ordered,
+            # so the layout is resolved to "C" or "F" for both
+            order = _layout_order(a._array, order, function.__name__)
+            if positional:
+                args = args[:order_position] + (order,) + args[order_position + 1:]
+            else:
+                kwargs = dict(kwargs, order=order)
         if order != "C" or not isinstance(a, value):
             return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
         a._owns = False  # the result may be a view of its value
         return make(function(a._value, *args, **kwargs), a._jacobian)
     return reshaped
+
+
+def _layout_order(array, order, name):
+    """``order="A"`` or ``"K"`` of ``array`` as the equivalent ``"C"`` or ``"F"``."""
+    if array.ndim <= 1 or array.flags.c_contiguous:
+        return "C"
+    if array.flags.f_contiguous:
+        return "F"
+    if order == "A":
+        return "C"  # (numpy: Fortran order only for Fortran-contiguous arrays)
+    raise unsupported("numpy." + name, "order='K' of a value that is neither C- nor "
+                      "Fortran-contiguous (a strided view); use order='C' or 'F', or copy "
+                      "it first")
 
 
 for _function, _position in ((np.reshape, 1), (np.ravel, 0), (np.squeeze, None),

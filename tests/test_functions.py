@@ -870,3 +870,35 @@ def test_sequences_holding_forward_values(name):
     assert y.value.dtype == np.float64, "value of dtype %s" % y.value.dtype
     assert_value(y, expected)
     assert_jac(y, numerical_jacobian(f, x0, method="complex"), x0, **TOL["complex"])
+
+
+# ---------------------------------------------------------------------------
+# layout-dependent orders: "A" and "K" follow the value's memory layout
+# ---------------------------------------------------------------------------
+
+LAYOUT_CASES = {
+    "ravel-K-of-F-result": lambda x: np.ravel(2 * x.reshape(2, 3).T, order="K"),
+    "ravel-A-of-F-result": lambda x: np.ravel(2 * x.reshape(2, 3).T, "A"),
+    "reshape-A-of-F-result": lambda x: np.reshape(2 * x.reshape(2, 3).T, (6,), order="A"),
+    "flatten-A": lambda x: (2 * x.reshape(2, 3).T).flatten("A"),
+    "method-ravel-K": lambda x: (2 * x.reshape(2, 3).T).ravel("K"),
+    "ravel-K-of-F-view": lambda x: np.ravel(x.reshape(2, 3).T, order="K"),
+    "ravel-A-of-C": lambda x: np.ravel(x.reshape(2, 3) * 2, order="A"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT_CASES))
+def test_layout_orders_follow_the_value(name):
+    f = LAYOUT_CASES[name]
+    x0 = np.arange(1.0, 7.0)
+    y = f(forward.seed(x0))
+    assert_value(y, f(x0))
+    # every case is linear: the Jacobian is the map itself (a permutation, scaled)
+    expected = np.column_stack([f(np.eye(6)[j]) for j in range(6)])
+    assert_array_equal(y.dvalue.toarray(), expected)
+
+
+def test_order_k_of_a_strided_view_is_refused():
+    x = forward.seed(np.arange(6.0))
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="order='K'"):
+        np.ravel(x.reshape(2, 3)[:, ::-1].T, order="K")
