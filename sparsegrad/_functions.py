@@ -102,6 +102,10 @@ def create(function, like, args, kwargs):
     """
     if function is np.empty:
         function = np.zeros
+    if function is np.full:
+        fill = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
+        if isinstance(coerce(fill), value):  # a forward fill: its Jacobian, broadcast
+            return _full_of_forward(args, kwargs, coerce(fill))
     xp = like._jacobian.seed.backend.xp
     if xp is not np:  # created on the seed's device, by its namespace's function
         kwargs = {k: v for k, v in kwargs.items() if k != "like"}
@@ -111,6 +115,22 @@ def create(function, like, args, kwargs):
         array = array.astype(np.result_type(array.dtype, like.dtype, np.float64))
     result = make(array, jac.zero(like._jacobian.seed, array.size))
     result._owns = True
+    return result
+
+
+def _full_of_forward(args, kwargs, fill):
+    """``np.full(shape, fill)`` for a forward ``fill``: its value and Jacobian broadcast."""
+    shape = kwargs.get("shape", args[0] if args else None)
+    extra = {k for k, v in kwargs.items()
+             if k not in ("shape", "fill_value", "dtype", "like", "order") and v is not None}
+    if extra or len(args) > 3 or kwargs.get("order", "C") != "C":
+        raise unsupported("numpy.full", "a forward fill value with arguments other than "
+                          "shape, fill_value and dtype")
+    dtype = kwargs.get("dtype", args[2] if len(args) > 2 else None)
+    result = np.broadcast_to(fill, tuple(np.atleast_1d(shape)) if np.ndim(shape)
+                             else (shape,))
+    result = result.astype(dtype) if dtype is not None else result.copy()
+    result._owns = True  # (a fresh array: writes may go into it)
     return result
 
 

@@ -50,7 +50,10 @@ def _power_exponent_partial(x, y, out):
 
 
 def _power_base_partial(x, y, out):
-    return y * np.power(x, y - 1)
+    # x**0 is constant: its partial is 0, also at x = 0 (where 0 * 0**-1 is nan)
+    if getattr(y, "ndim", 0) == 0:
+        return y * np.power(x, y - 1) if y != 0 else 0 * x
+    return np.where(y == 0, 0, y * np.power(x, y - 1))
 
 
 DERIVATIVES = {

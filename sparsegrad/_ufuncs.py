@@ -81,7 +81,14 @@ def _call(ufunc, inputs, kwargs):
     if not forwards:  # only an out= target is a forward value
         return out
     seed = jac.common_seed([x._jacobian for _, x in forwards])
-    if category == "piecewise_constant":
+    if category == "piecewise_constant" or (out.dtype.kind not in "fc" and any(
+            x.dtype.kind in "fc" for _, x in forwards)):
+        # (also an inexact value cast to an integer or bool result by dtype=)
+        if out.dtype.kind == "c" and ufunc is np.sign:
+            # numpy 2: sign(z) = z / |z| for complex z, neither constant nor
+            # complex-differentiable
+            raise unsupported("numpy.sign", "complex values (sign(z) = z/|z|); write "
+                              "z / np.abs(z) where z != 0")
         return make(out, jac.zero(seed, out.size))
     if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
         return _non_holomorphic(ufunc, rules.rule_name(ufunc), inputs[0], out)

@@ -281,7 +281,13 @@ class value(NDArrayOperatorsMixin):
         if implementation is None:
             raise unsupported("numpy." + _qualified_name(func),
                               "no derivative rule for this function")
-        return implementation(*args, **kwargs)
+        result = implementation(*args, **kwargs)
+        if isinstance(result, value) and result.dtype.kind not in "fc" \
+                and _holds_inexact_forward((args, kwargs)):
+            # an inexact input cast to an integer or bool result (dtype=int):
+            # piecewise constant, as astype(int)
+            return make(result._array, jac.zero(result._jacobian.seed, result.size))
+        return result
 
 
 class _array_value(value):
@@ -382,6 +388,14 @@ def _slice_key(shape, key):
         else:
             return None
     return None if None in normal else tuple(normal)
+
+
+def _holds_inexact_forward(obj):
+    if isinstance(obj, value):
+        return obj.dtype.kind in "fc"
+    if isinstance(obj, dict):
+        obj = tuple(obj.values())
+    return isinstance(obj, (list, tuple)) and any(_holds_inexact_forward(o) for o in obj)
 
 
 def _holds_forward(obj):

@@ -902,3 +902,29 @@ def test_order_k_of_a_strided_view_is_refused():
     x = forward.seed(np.arange(6.0))
     with pytest.raises(sparsegrad.UnsupportedOperationError, match="order='K'"):
         np.ravel(x.reshape(2, 3)[:, ::-1].T, order="K")
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(x, dtype=np.int64), lambda x: np.cumsum(x, dtype=np.int64),
+    lambda x: np.mean(x, dtype=np.int64), lambda x: np.prod(x, dtype=int),
+    lambda x: np.trace(x.reshape(2, 2), 0, 0, 1, int),
+    lambda x: np.concatenate([x, x], dtype=int, casting="unsafe")],
+    ids=["sum", "cumsum", "mean", "prod", "trace-positional", "concatenate"])
+def test_dtype_int_of_real_values_is_piecewise_constant(f):
+    x0 = np.array([0.6, 1.7, 2.2, 3.9])
+    y = f(forward.seed(x0))
+    assert_array_equal(y.value, f(x0))
+    assert (y.dvalue != 0).nnz == 0
+    assert np.sum(forward.seed(np.arange(3))).dvalue.toarray().tolist() == [[1, 1, 1]]
+
+
+def test_full_with_a_forward_fill_value():
+    x = forward.seed(np.array([0.5, 2.0]))
+    F = np.full((2, 2), x[1] * 3, like=x)
+    assert_array_equal(F.value, np.full((2, 2), 6.0))
+    assert_array_equal(F.dvalue.toarray(), [[0, 3]] * 4)
+    F[0, 0] = x[0]                          # a fresh array: writable, x unchanged
+    assert_array_equal(F.dvalue.toarray(), [[1, 0]] + [[0, 3]] * 3)
+    assert_array_equal(x.value, [0.5, 2.0])
+    G = np.full(3, x[0], like=x, dtype=np.float32)
+    assert G.value.dtype == np.float32 and G.dvalue.toarray().tolist() == [[1, 0]] * 3

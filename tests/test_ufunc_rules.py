@@ -838,3 +838,38 @@ def test_complex_digamma_is_refused():
     z = forward.seed(np.array([1.5 + 0.5j, 2.0 - 0.1j]))
     with pytest.raises(TypeError, match="scipy.special.digamma"):
         sc.digamma(z)
+
+
+# ---- regressions found by review -------------------------------------------------
+
+@pytest.mark.parametrize("f", [lambda x: x ** 0, lambda x: x ** 0.0,
+                               lambda x: np.float_power(x, 0),
+                               lambda x: x ** np.array([0, 2, 0]),
+                               lambda x: x[:, None] ** np.arange(3)],
+                         ids=["int", "float", "float_power", "array", "polynomial"])
+def test_power_zero_is_constant_at_zero(f):
+    x0 = np.array([0.0, 1.5, -2.0])
+    y = f(forward.seed(x0))
+    J = y.dvalue.toarray()
+    assert np.isfinite(J).all()
+    # the exact Jacobian: d x^k / dx = k x^(k-1), 0 for k = 0
+    expected = np.column_stack([
+        (f(x0 + 1e-7 * e) - f(x0 - 1e-7 * e)).ravel() / 2e-7 for e in np.eye(3)])
+    np.testing.assert_allclose(J, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_sign_of_complex_values_is_refused():
+    x = forward.seed(np.array([0.5, 2.0]))
+    assert (np.sign(x).dvalue != 0).nnz == 0  # real: piecewise constant
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.sign"):
+        np.sign(x * (1 + 1j) + 1j)
+
+
+def test_cast_to_an_integer_result_is_piecewise_constant():
+    x = forward.seed(np.array([0.6, 1.7]))
+    y = np.multiply(x, 3, dtype=np.int64, casting="unsafe")
+    assert y.value.dtype == np.int64
+    np.testing.assert_array_equal(y.dvalue.toarray(), np.zeros((2, 2)))
+    # an integer seed's own arithmetic keeps its derivative
+    k = forward.seed(np.arange(3))
+    np.testing.assert_array_equal((k * 2).dvalue.toarray(), 2 * np.eye(3))
