@@ -161,6 +161,9 @@ def _checked_solve(solve, J, b):
                 scipy.sparse.linalg.MatrixRankWarning, RuntimeWarning) as error:
             raise _LinearSolveError("%s: %s" % (type(error).__name__, error))
     step = _backend.asarray(step).reshape(-1)
+    if step.size != b.size:
+        raise _LinearSolveError("the linear solver returned %d values for %d unknowns"
+                                % (step.size, b.size))
     if not np.all(np.isfinite(step)):
         raise _LinearSolveError("the Newton step is not finite")
     return step
@@ -288,7 +291,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     shape = x.shape
     if not np.all(np.isfinite(x)):
         raise ValueError("sparsegrad.optimize.newton: x0 is not finite")
-    if tol < 0 or xtol < 0 or not 0 < min_damping <= 1 or maxiter < 0:
+    if not (tol >= 0 and xtol >= 0 and 0 < min_damping <= 1 and maxiter >= 0):  # (nan too)
         raise ValueError("sparsegrad.optimize.newton: need tol >= 0, xtol >= 0, "
                          "0 < min_damping <= 1 and maxiter >= 0")
     if callable(linear_solver):  # (the user's: for any device)

@@ -168,6 +168,15 @@ def test_bad_input_is_loud():
         newton(bratu_1d, np.zeros(3), linear_solver="cholesky")
     with pytest.raises(ValueError, match="tol"):
         newton(bratu_1d, np.zeros(3), tol=-1.0)
+    for option in ("tol", "xtol", "min_damping"):  # nan compares False with everything
+        with pytest.raises(ValueError, match="tol"):
+            newton(bratu_1d, np.zeros(3), **{option: np.nan})
+
+
+def test_linear_solver_returning_the_wrong_size_is_a_failed_solve():
+    result = newton(bratu_1d, np.zeros(3), linear_solver=lambda J, b: np.ones(2))
+    assert not result.success and result.status == -2
+    assert "returned 2 values for 3 unknowns" in result.message
 
 
 def test_direct_solvers_are_detected():
