@@ -282,6 +282,13 @@ class value(NDArrayOperatorsMixin):
             raise unsupported("numpy." + _qualified_name(func),
                               "no derivative rule for this function")
         result = implementation(*args, **kwargs)
+        if isinstance(result, value) and result.dtype.kind == "f" \
+                and result._jac is not None and not isinstance(result._jac, Assembly) \
+                and result._jac.seed.complex and _holds_kind_forward((args, kwargs), "c"):
+            # a complex value cast to a real result (dtype=float): not
+            # complex-differentiable when the seed itself is complex
+            check_inexact_seed("numpy." + _qualified_name(func) + " to a real dtype",
+                               [result])
         if isinstance(result, value) and result.dtype.kind not in "fc" \
                 and _holds_inexact_forward((args, kwargs)):
             # an inexact input cast to an integer or bool result (dtype=int):
@@ -390,12 +397,19 @@ def _slice_key(shape, key):
     return None if None in normal else tuple(normal)
 
 
-def _holds_inexact_forward(obj):
+def _holds_kind_forward(obj, kinds):
+    """Whether ``obj`` (lists, tuples and dicts searched) holds a forward value whose
+    dtype kind is one of ``kinds``."""
     if isinstance(obj, value):
-        return obj.dtype.kind in "fc"
+        return obj.dtype.kind in kinds
     if isinstance(obj, dict):
         obj = tuple(obj.values())
-    return isinstance(obj, (list, tuple)) and any(_holds_inexact_forward(o) for o in obj)
+    return isinstance(obj, (list, tuple)) and any(_holds_kind_forward(o, kinds)
+                                                  for o in obj)
+
+
+def _holds_inexact_forward(obj):
+    return _holds_kind_forward(obj, "fc")
 
 
 def _holds_forward(obj):

@@ -928,3 +928,17 @@ def test_full_with_a_forward_fill_value():
     assert_array_equal(x.value, [0.5, 2.0])
     G = np.full(3, x[0], like=x, dtype=np.float32)
     assert G.value.dtype == np.float32 and G.dvalue.toarray().tolist() == [[1, 0]] * 3
+
+
+def test_complex_to_real_dtype_with_a_complex_seed_is_refused():
+    z = forward.seed(np.array([1 + 1j, 2.0]))
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.sum"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+            np.sum(z, dtype=float)
+    # a real seed through complex values: the real part, exactly
+    x = forward.seed(np.array([1.0, 2.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        y = np.sum(x * (1 + 2j), dtype=float)
+    assert_array_equal(y.dvalue.toarray(), [[1.0, 1.0]])
