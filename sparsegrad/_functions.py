@@ -103,9 +103,9 @@ def create(function, like, args, kwargs):
     if function is np.empty:
         function = np.zeros
     if function is np.full:
-        fill = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
-        if isinstance(coerce(fill), value):  # a forward fill: its Jacobian, broadcast
-            return _full_of_forward(args, kwargs, coerce(fill))
+        fill = coerce(kwargs.get("fill_value", args[1] if len(args) > 1 else None))
+        if isinstance(fill, value):  # a forward fill: its Jacobian, broadcast
+            return _full_of_forward(args, kwargs, fill)
     xp = like._jacobian.seed.backend.xp
     if xp is not np:  # created on the seed's device, by its namespace's function
         kwargs = {k: v for k, v in kwargs.items() if k != "like"}
@@ -127,8 +127,7 @@ def _full_of_forward(args, kwargs, fill):
         raise unsupported("numpy.full", "a forward fill value with arguments other than "
                           "shape, fill_value and dtype")
     dtype = kwargs.get("dtype", args[2] if len(args) > 2 else None)
-    result = np.broadcast_to(fill, tuple(np.atleast_1d(shape)) if np.ndim(shape)
-                             else (shape,))
+    result = np.broadcast_to(fill, shape)
     result = result.astype(dtype) if dtype is not None else result.copy()
     result._owns = True  # (a fresh array: writes may go into it)
     return result

@@ -530,10 +530,11 @@ class _Rows:
 
 
 def _same_rows(a, b):
-    """Whether two 1-d int arrays of one backend hold the same row numbers."""
-    if a.shape != b.shape:
+    """Whether two 1-d int arrays hold the same row numbers on the same backend."""
+    backend = _backend.of(a)
+    if a.shape != b.shape or _backend.of(b) is not backend:
         return False
-    if _backend.of(a) is _backend.CPU:
+    if backend is _backend.CPU:
         return np.array_equal(a, b)
     return bool((a == b).all())  # (one scalar from the device)
 
@@ -554,9 +555,7 @@ def _gather(seed, M, rows, key):
         hit = cache.get(key)
         if hit is not None:
             stored_rows, matrix = hit
-            if stored_rows is None or (
-                    _backend.of(stored_rows) is _backend.of(rows.flat)
-                    and _same_rows(stored_rows, rows.flat)):
+            if stored_rows is None or _same_rows(stored_rows, rows.flat):
                 return matrix
     if M is None:
         result = _selection(seed.size, rows.flat_on(seed.backend))

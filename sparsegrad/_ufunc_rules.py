@@ -33,7 +33,8 @@ array(1.)
 import numpy as np
 
 __all__ = ["DERIVATIVES", "SELECTIONS", "PIECEWISE_CONSTANT", "PREDICATES",
-           "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "classify", "rule_name"]
+           "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "REAL_ONLY", "classify",
+           "rule_name"]
 
 _SQRT_PI = np.sqrt(np.pi)
 
@@ -124,6 +125,13 @@ SELECTIONS = {
     # nan is ignored when the other argument is a number
     np.fmax: lambda x, y, out: (x >= y) | np.isnan(y),
     np.fmin: lambda x, y, out: (x <= y) | np.isnan(y),
+}
+
+#: ufuncs whose rule holds for real values only, and why complex values are refused
+REAL_ONLY = {
+    # numpy 2: sign(z) = z / |z| for complex z, neither constant nor
+    # complex-differentiable
+    np.sign: "complex values (sign(z) = z/|z|); write z / np.abs(z) where z != 0",
 }
 
 PIECEWISE_CONSTANT = frozenset([

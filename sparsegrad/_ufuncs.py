@@ -14,8 +14,9 @@ from . import _backend
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported
+from ._indexing import row_index
 from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
-                     check_inexact_seed)
+                     cast_is_constant, check_inexact_seed, _broadcast_rows, _device_keys)
 
 __all__ = ["apply"]
 
@@ -81,14 +82,12 @@ def _call(ufunc, inputs, kwargs):
     if not forwards:  # only an out= target is a forward value
         return out
     seed = jac.common_seed([x._jacobian for _, x in forwards])
-    if category == "piecewise_constant" or (out.dtype.kind not in "fc" and any(
-            x.dtype.kind in "fc" for _, x in forwards)):
-        # (also an inexact value cast to an integer or bool result by dtype=)
-        if out.dtype.kind == "c" and ufunc is np.sign:
-            # numpy 2: sign(z) = z / |z| for complex z, neither constant nor
-            # complex-differentiable
-            raise unsupported("numpy.sign", "complex values (sign(z) = z/|z|); write "
-                              "z / np.abs(z) where z != 0")
+    kind = out.dtype.kind
+    if kind == "c" and ufunc in rules.REAL_ONLY:
+        raise unsupported(rules.rule_name(ufunc), rules.REAL_ONLY[ufunc])
+    if category == "piecewise_constant" or ((kind not in "fc" or seed.complex) and (
+            cast_is_constant(rules.rule_name(ufunc), seed, kind,
+                             {x.dtype.kind for _, x in forwards}))):
         return make(out, jac.zero(seed, out.size))
     if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
         return _non_holomorphic(ufunc, rules.rule_name(ufunc), inputs[0], out)
@@ -179,10 +178,7 @@ def _sparse_times(inputs):
 
 def _scatter_add(target, indices, increment):
     """``np.add.at(target, indices, increment)`` on a forward target."""
-    from ._indexing import row_index
-    from ._value import _device_keys
-    from ._value import _broadcast_rows
-    indices, row_indices = _device_keys(plain(indices), target._array)
+    indices, row_indices, _ = _device_keys(plain(indices), target._array)
     rows = row_index(target.shape)[row_indices]
     if isinstance(increment, value):  # (checked before anything is written)
         source = _broadcast_rows(increment.shape, rows.shape).ravel()

@@ -204,19 +204,16 @@ class value(NDArrayOperatorsMixin):
     # ---- indexing ------------------------------------------------------------
     @pooled
     def _take(self, key):
-        key = _plain_key(key)
         assembly = isinstance(self._jac, Assembly)
         # an index array on the value's device: the row numbers are computed there
         # too (no copy of the index to the host); an Assembly's bookkeeping is on
         # the host
-        on_device = not assembly and _holds_array_of(key, _backend.of(self._value))
-        key, row_key = _device_keys(key, self._value, rows_on_device=on_device)
-        self._owns = False  # basic indexing returns a view of _value
-        result = _backend.asarray(self._value[key])
+        key, row_key, xp = _device_keys(_plain_key(key), self._value,
+                                        device_rows=not assembly)
+        result = _backend.asarray(self._value[key])  # (basic indexing: a view, shared)
         # (a view of the read-only row numbers, or a fresh array that is ours: made
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)
-        xp = _backend.of(self._value).xp if on_device else np
         rows = jac._readonly(row_index(self.shape, xp)[row_key])
         if assembly:
             return make(result, self._jac.take_rows(rows))
@@ -225,7 +222,7 @@ class value(NDArrayOperatorsMixin):
 
     @pooled
     def __setitem__(self, key, new):
-        key, row_key = _device_keys(_plain_key(key), self._array)
+        key, row_key, _ = _device_keys(_plain_key(key), self._array)
         new = coerce(new)
         # everything that can fail comes before the value is written, so that a
         # refused write leaves value and Jacobian as they were
@@ -282,18 +279,13 @@ class value(NDArrayOperatorsMixin):
             raise unsupported("numpy." + _qualified_name(func),
                               "no derivative rule for this function")
         result = implementation(*args, **kwargs)
-        if isinstance(result, value) and result.dtype.kind == "f" \
-                and result._jac is not None and not isinstance(result._jac, Assembly) \
-                and result._jac.seed.complex and _holds_kind_forward((args, kwargs), "c"):
-            # a complex value cast to a real result (dtype=float): not
-            # complex-differentiable when the seed itself is complex
-            check_inexact_seed("numpy." + _qualified_name(func) + " to a real dtype",
-                               [result])
-        if isinstance(result, value) and result.dtype.kind not in "fc" \
-                and _holds_inexact_forward((args, kwargs)):
-            # an inexact input cast to an integer or bool result (dtype=int):
-            # piecewise constant, as astype(int)
-            return make(result._array, jac.zero(result._jacobian.seed, result.size))
+        if isinstance(result, value):
+            seed = result._jac.seed  # (an Assembly has its seed too)
+            kind = result.dtype.kind
+            if (kind not in "fc" or seed.complex) and cast_is_constant(
+                    "numpy." + _qualified_name(func) + " to a real dtype", seed, kind,
+                    _forward_kinds((args, tuple(kwargs.values())))):
+                return make(result._array, jac.zero(seed, result.size))
         return result
 
 
@@ -334,28 +326,31 @@ def _plain_key(key):
     return nvalue(key) if isinstance(key, value) else key
 
 
-def _device_keys(key, array, rows_on_device=False):
-    """``(key for the value, key for the row numbers)`` of an indexing key.
+def _device_keys(key, array, device_rows=False):
+    """``(key for the value, key for the row numbers, their array module)``.
 
     The value may live on a device.  Index arrays of the key go to the value's
-    device for the value; for the row numbers they go to the host (where
-    ``row_index`` and the write bookkeeping live), or stay on the device with
-    ``rows_on_device``.  On the CPU both are ``key``.
+    device for the value.  The row numbers are made on the host (where
+    ``row_index`` and the write bookkeeping live) with the key's device arrays
+    copied there; with ``device_rows``, a key holding an index array of the
+    value's device keeps its row numbers on the device instead (no copy of the
+    index).  On the CPU both keys are ``key``.
     """
     backend = _backend.of(array)
     if backend is _backend.CPU:
-        return key, key
+        return key, key, np
     parts = key if isinstance(key, tuple) else (key,)
     on_device = tuple(_backend.to_device(k, backend) if isinstance(k, np.ndarray) and k.ndim
                       else k for k in parts)
-    if rows_on_device:
-        on_host = on_device
+    if device_rows and any(_backend.of(k) is backend for k in parts):
+        on_host, xp = on_device, backend.xp
     else:
         on_host = tuple(_backend.to_host(k) if _backend.of(k) is backend else k
                         for k in parts)
+        xp = np
     if isinstance(key, tuple):
-        return on_device, on_host
-    return on_device[0], on_host[0]
+        return on_device, on_host, xp
+    return on_device[0], on_host[0], xp
 
 
 def _broadcast_rows(shape, target_shape):
@@ -365,14 +360,6 @@ def _broadcast_rows(shape, target_shape):
     while rows.ndim > len(target_shape) and rows.shape[0] == 1:
         rows = rows[0]
     return np.broadcast_to(rows, target_shape)
-
-
-def _holds_array_of(key, backend):
-    """Whether an indexing key holds an array of ``backend`` (a device's, not the CPU)."""
-    if backend is _backend.CPU:
-        return False
-    parts = key if isinstance(key, tuple) else (key,)
-    return any(_backend.of(k) is backend for k in parts)
 
 
 def _slice_key(shape, key):
@@ -397,25 +384,22 @@ def _slice_key(shape, key):
     return None if None in normal else tuple(normal)
 
 
-def _holds_kind_forward(obj, kinds):
-    """Whether ``obj`` (lists, tuples and dicts searched) holds a forward value whose
-    dtype kind is one of ``kinds``."""
+def _forwards_in(obj):
+    """The forward values in ``obj``, lists and tuples searched."""
     if isinstance(obj, value):
-        return obj.dtype.kind in kinds
-    if isinstance(obj, dict):
-        obj = tuple(obj.values())
-    return isinstance(obj, (list, tuple)) and any(_holds_kind_forward(o, kinds)
-                                                  for o in obj)
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _forwards_in(item)
 
 
-def _holds_inexact_forward(obj):
-    return _holds_kind_forward(obj, "fc")
+def _forward_kinds(obj):
+    """The dtype kinds (``"f"``, ``"c"``...) of the forward values in ``obj``."""
+    return {x.dtype.kind for x in _forwards_in(obj)}
 
 
 def _holds_forward(obj):
-    if isinstance(obj, value):
-        return True
-    return isinstance(obj, (list, tuple)) and any(_holds_forward(o) for o in obj)
+    return next(_forwards_in(obj), None) is not None
 
 
 def coerce(obj):
@@ -474,6 +458,27 @@ def check_inexact_seed(name, forwards):
     """Refuse non-holomorphic operations when the seed itself is complex."""
     for x in forwards:
         if x._jacobian.seed.complex:
-            raise UnsupportedOperationError(
-                "%s of a complex value is not complex-differentiable, and the seed is "
-                "complex; seed the real and imaginary parts as real numbers instead" % name)
+            raise _not_complex_differentiable(name)
+
+
+def _not_complex_differentiable(name):
+    return UnsupportedOperationError(
+        "%s of a complex value is not complex-differentiable, and the seed is "
+        "complex; seed the real and imaginary parts as real numbers instead" % name)
+
+
+def cast_is_constant(name, seed, result_kind, input_kinds):
+    """Whether a result of dtype kind ``result_kind``, computed from forward values
+    of the dtype kinds ``input_kinds`` (a ``dtype=`` cast), is piecewise constant.
+
+    An inexact value cast to an integer or bool result is, as ``astype(int)``.
+    A complex value cast to a real result has no complex derivative: refused,
+    naming ``name``, when the seed is complex (for a real seed the real part of
+    the Jacobian is exact).
+
+    >>> cast_is_constant("f", jac.Seed(1, False, False, False), "i", {"f"})
+    True
+    """
+    if result_kind == "f" and "c" in input_kinds and seed.complex:
+        raise _not_complex_differentiable(name)
+    return result_kind not in "fc" and not input_kinds.isdisjoint("fc")

@@ -7,6 +7,7 @@ argument, the dtypes to test and whether the complex step is a valid oracle
 run on forward values of several shapes and argument combinations; values
 must equal numpy's exactly and Jacobians must match ``numerical_jacobian``.
 """
+import warnings
 from typing import Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -873,3 +874,15 @@ def test_cast_to_an_integer_result_is_piecewise_constant():
     # an integer seed's own arithmetic keeps its derivative
     k = forward.seed(np.arange(3))
     np.testing.assert_array_equal((k * 2).dvalue.toarray(), 2 * np.eye(3))
+
+
+def test_ufunc_cast_of_complex_to_real_with_a_complex_seed_is_refused():
+    z = forward.seed(np.array([1 + 1j, 2.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.multiply"):
+            np.multiply(z, 2, dtype=float, casting="unsafe")
+        # a real seed through complex values: the real part, exactly
+        x = forward.seed(np.array([1.0, 2.0]))
+        y = np.multiply(x * (1 + 2j), 2, dtype=float, casting="unsafe")
+    np.testing.assert_array_equal(y.dvalue.toarray(), 2 * np.eye(2))
