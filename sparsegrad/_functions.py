@@ -933,6 +933,24 @@ def _gradient_along(f, axis, h, edge_order):
     return np.moveaxis(result, 0, axis)
 
 
+def _vector_p_norm(x, ord, axis, keepdims, name):
+    """The vector ``ord``-norm of ``x`` over ``axis`` (an int, a tuple or None): the
+    elements over all the axes named are one vector.  Only the Jacobian matters;
+    callers replace the value by numpy's own."""
+    magnitude = np.abs(x)
+    if ord in (None, 2, "fro"):
+        return np.sqrt(np.sum(magnitude * magnitude, axis=axis, keepdims=keepdims))
+    if ord == 1:
+        return np.sum(magnitude, axis=axis, keepdims=keepdims)
+    if ord == np.inf:
+        return np.max(magnitude, axis=axis, keepdims=keepdims)
+    if ord == -np.inf:
+        return np.min(magnitude, axis=axis, keepdims=keepdims)
+    if isinstance(ord, numbers.Number) and ord not in (0,):
+        return np.sum(magnitude ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+    raise unsupported(name, "ord=%r" % (ord,))
+
+
 @implements(np.linalg.norm)
 def _norm(x, ord=None, axis=None, keepdims=False):
     result = np.linalg.norm(nvalue(x), ord=ord, axis=axis, keepdims=keepdims)
@@ -944,29 +962,18 @@ def _norm(x, ord=None, axis=None, keepdims=False):
         raise unsupported("numpy.linalg.norm", "matrix norm ord=%r" % (ord,))
     if axis is None and xv.ndim > 2 and ord is not None:
         raise ValueError("Improper number of dimensions to norm.")
-    magnitude = np.abs(x)
-    if ord in (None, 2, "fro"):
-        norm = np.sqrt(np.sum(magnitude * magnitude, axis=axis, keepdims=keepdims))
-    elif ord == 1:
-        norm = np.sum(magnitude, axis=axis, keepdims=keepdims)
-    elif ord == np.inf:
-        norm = np.max(magnitude, axis=axis, keepdims=keepdims)
-    elif ord == -np.inf:
-        norm = np.min(magnitude, axis=axis, keepdims=keepdims)
-    elif isinstance(ord, numbers.Number) and ord not in (0,):
-        norm = np.sum(magnitude ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
-    else:
-        raise unsupported("numpy.linalg.norm", "ord=%r" % (ord,))
-    return _finish(norm, result)
+    # what is left is a vector norm, or the Frobenius norm (the 2-norm of the
+    # elements of the matrix taken as one vector)
+    return _finish(_vector_p_norm(x, ord, axis, keepdims, "numpy.linalg.norm"), result)
 
 
 @implements(np.linalg.vector_norm)
 def _vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
-    if axis is None:
-        flat = np.ravel(x)
-        norm = _norm(flat, ord=ord, keepdims=False)
-        if keepdims:
-            norm = np.reshape(norm, (1,) * np.ndim(nvalue(x)))
-        return norm
-    return _norm(x, ord=ord, axis=axis, keepdims=keepdims)
+    # numpy's call first: it checks the axes and the order, and gives the value
+    result = np.linalg.vector_norm(nvalue(x), axis=axis, keepdims=keepdims, ord=ord)
+    # always a vector norm: a tuple of axes (or None) takes the elements over them
+    # as one vector.  np.linalg.norm would read two axes as a matrix norm and
+    # refuse ord=1, 2, inf, ... there, so it is not called.
+    return _finish(_vector_p_norm(x, ord, axis, keepdims, "numpy.linalg.vector_norm"),
+                   result)
 

@@ -229,6 +229,19 @@ case("norm", lambda x: np.linalg.norm(x), [S0, (5,)], "central", exact=False)
 case("norm-ord1", lambda x: np.linalg.norm(x, 1), [(5,)], "central", exact=False)
 case("norm-ord2", lambda x: np.linalg.norm(x, ord=2), [(5,)], "central", exact=False)
 case("norm-ordinf", lambda x: np.linalg.norm(x, np.inf), [(5,)], "central", exact=False)
+# vector_norm over a tuple of axes is the vector norm of the elements over them
+# (never a matrix norm, which np.linalg.norm would take for two axes)
+for _ord, _tag in ((1, "1"), (2, "2"), (np.inf, "inf"), (3, "3"), (-np.inf, "-inf")):
+    case("vector_norm-ord%s-axis01" % _tag,
+         lambda x, o=_ord: np.linalg.vector_norm(x, ord=o, axis=(0, 1)), [S2, S3], "central")
+case("vector_norm-ord3-axis02-keepdims",
+     lambda x: np.linalg.vector_norm(x, ord=3, axis=(0, 2), keepdims=True), [S3], "central")
+case("vector_norm-ordinf-axis-10", lambda x: np.linalg.vector_norm(x, ord=np.inf, axis=(-1, 0)),
+     [S3], "central")
+case("vector_norm-ord1-axis1", lambda x: np.linalg.vector_norm(x, ord=1, axis=1), [S2],
+     "central")
+case("vector_norm-default-keepdims", lambda x: np.linalg.vector_norm(x, keepdims=True),
+     [S1, S2], "central")
 case("trace", lambda x: np.trace(x), [(3, 3), (3, 4)], exact=False)
 case("trace-offset", lambda x: np.trace(x, offset=1), [(3, 4)], exact=False)
 case("trace-offset-neg", lambda x: np.trace(x, -1), [(3, 3)], exact=False)
