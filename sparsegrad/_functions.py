@@ -873,8 +873,11 @@ def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
 
 @implements(np.gradient)
 def _gradient(f, *varargs, axis=None, edge_order=1):
-    result = np.gradient(nvalue(f), *[nvalue(v) for v in varargs], axis=axis,
-                         edge_order=edge_order)
+    # the spacings go to numpy as given: nvalue would turn a Python float (a weak
+    # scalar, which keeps float32 differences float32) into a 0-d float64 array,
+    # and numpy would then divide in float64 and round, 1 ulp off its own result
+    result = np.gradient(nvalue(f), *[nvalue(v) if isinstance(v, value) else v
+                                      for v in varargs], axis=axis, edge_order=edge_order)
     ndim = np.ndim(nvalue(f))
     axes = _axes(axis, ndim, "axis")
     if len(varargs) == 0:

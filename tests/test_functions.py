@@ -755,6 +755,37 @@ def test_dtypes(name, dtype):
     assert_allclose(_dense(y.dvalue, expected.size, 6), ref, rtol=rtol, atol=rtol)
 
 
+@pytest.mark.parametrize("spacing", [0.1, np.float32(0.1), np.float64(0.1), 3,
+                                     [0.0, 0.1, 0.3, 0.35, 0.6, 1.0]])
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_of_float32_is_numpys_float32_result(spacing, edge_order):
+    # the spacing reaches numpy as the user gave it: a Python float is a weak
+    # scalar there, so float32 data is differentiated in float32 (a 0-d float64
+    # array instead gave results 1 ulp off)
+    x0 = (_x((6,), "gradient32") * np.arange(1, 7) ** 2).astype(np.float32)
+    y = np.gradient(forward.seed(x0), spacing, edge_order=edge_order)
+    expected = np.gradient(x0, spacing, edge_order=edge_order)
+    assert y.value.dtype == np.float32 and y.dvalue.dtype == np.float32
+    assert_array_equal(y.value, expected)
+    # the Jacobian is the finite-difference matrix: central differences of the
+    # float64 computation are exact to rounding for a linear map
+    ref = numerical_jacobian(lambda z: np.gradient(z, spacing, edge_order=edge_order),
+                             x0.astype(np.float64), method="central")
+    assert_allclose(y.dvalue.toarray(), ref, rtol=1e-6, atol=1e-5)
+
+
+def test_gradient_of_float32_along_axes_is_numpys_result():
+    x0 = _x((4, 5), "gradient32-2d").astype(np.float32)
+    gy, gx = np.gradient(forward.seed(x0), 0.1, 0.3)
+    ey, ex = np.gradient(x0, 0.1, 0.3)
+    for got, expected, axis, h in ((gy, ey, 0, 0.1), (gx, ex, 1, 0.3)):
+        assert got.value.dtype == np.float32
+        assert_array_equal(got.value, expected)
+        ref = numerical_jacobian(lambda z: np.gradient(z, h, axis=axis),
+                                 x0.astype(np.float64), method="central")
+        assert_allclose(got.dvalue.toarray(), ref, rtol=1e-6, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------
 # errors
 # ---------------------------------------------------------------------------
