@@ -47,6 +47,15 @@ __all__ = ["spsolve", "factorized", "splu", "SuperLU", "spsolve_triangular",
 MAX_DENSE_ENTRIES = 10 ** 7
 
 
+class _SingularJacobianError(RuntimeError):
+    """``F_x`` is singular at a solution of ``F(x, p) = 0``: ``dx/dp`` is not defined.
+
+    A ``RuntimeError``, as SuperLU's own error for a singular matrix is, so that
+    code catching that keeps working; its own class lets
+    :func:`sparsegrad.optimize.newton` tell it from errors raised by ``F``.
+    """
+
+
 # ---- the Jacobian of a solution ----------------------------------------------------
 def _matrix_of(v):
     """The Jacobian of a forward value as a scipy CSR matrix, always 2-d."""
@@ -359,6 +368,21 @@ def implicit_solution(F, x, args, name="sparsegrad.linalg.implicit_solution"):
         Arguments of ``F``; the forward values among them (all from one seed)
         are the parameters.
 
+    Returns
+    -------
+    forward value
+        ``x``, with Jacobian ``-F_x^{-1} F_p J_p``.
+
+    Raises
+    ------
+    RuntimeError
+        When ``F_x`` is singular at ``x`` (SuperLU finds an exactly zero
+        pivot) and some ``F_p J_p`` column is nonzero: the implicit function
+        theorem does not apply there and ``dx/dp`` is not defined.  The
+        message says so and gives SuperLU's.
+    DensificationError
+        When the Jacobian would exceed :data:`MAX_DENSE_ENTRIES` entries.
+
     Examples
     --------
     >>> import numpy as np
@@ -399,5 +423,14 @@ def implicit_solution(F, x, args, name="sparsegrad.linalg.implicit_solution"):
     if user_seed.pattern_only:
         solve = None
     else:
-        solve = _Factors(Fx, {}).solver()
+        solve_block = _Factors(Fx, {}).solver()
+
+        def solve(block):
+            try:
+                return solve_block(block)
+            except RuntimeError as error:  # SuperLU: "Factor is exactly singular"
+                raise _SingularJacobianError(
+                    "%s: the Jacobian F_x of F with respect to x is singular at the "
+                    "solution, so the solution's derivative -F_x^{-1} F_p is not "
+                    "defined (SuperLU: %s)" % (name, error)) from error
     return make(x, _solution_jacobian(solve, n, _matrix_of(rhs), user_seed, name))

@@ -38,6 +38,8 @@ STATUS = {
     -3: "residual is not finite",
     -4: "line search failed: no step length reduces the residual norm",
     -5: "diverged: residual norm grew beyond divtol times the initial norm",
+    -6: "no sensitivity: the Jacobian F_x is singular at the solution, so dx/dp is "
+        "not defined",
 }
 
 
@@ -237,7 +239,11 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         factorisation of ``F_x`` (SuperLU, whatever ``linear_solver`` is).
         It is dense in the seeded columns it touches, so it is limited by
         ``sparsegrad.linalg.MAX_DENSE_ENTRIES`` (``DensificationError``
-        otherwise).  On failure ``result.x`` stays a plain array.
+        otherwise).  On failure ``result.x`` stays a plain array.  When the
+        iteration converges to a point where ``F_x`` is singular (SuperLU
+        finds a zero pivot), ``dx/dp`` is not defined there: the result has
+        ``success=False``, status -6, and ``x`` is the converged solution as
+        a plain array (the message says how it converged).
 
     Returns
     -------
@@ -345,14 +351,24 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
               % (0, norm, "", "", time.perf_counter() - start))
 
     def finish(status, detail=""):
+        solution = x.reshape(shape)
+        if sensitivity and status > 0:
+            from .linalg import implicit_solution, _SingularJacobianError
+            try:
+                solution = implicit_solution(F, solution, parameter_args,
+                                             "sparsegrad.optimize.newton")
+            except _SingularJacobianError as error:
+                # x solves F = 0, but the derivative asked for does not exist there:
+                # a failure like a singular Newton step (a result, not an exception),
+                # keeping the solution and saying how it was reached
+                detail = ("the iteration stopped with \"%s\" and x is that solution, as "
+                          "a plain array (SuperLU: %s)"
+                          % (STATUS[status] + (": " + detail if detail else ""),
+                             error.__cause__))
+                status = -6
         message = STATUS[status] + (": " + detail if detail else "")
         if verbose:
             print("newton: %s" % message)
-        solution = x.reshape(shape)
-        if sensitivity and status > 0:
-            from .linalg import implicit_solution
-            solution = implicit_solution(F, solution, parameter_args,
-                                         "sparsegrad.optimize.newton")
         return OptimizeResult(
             x=solution, success=status > 0, status=status, message=message,
             nit=nit, nfev=counts["nfev"], njev=counts["njev"], fun=f, jac=J,

@@ -322,6 +322,48 @@ def test_newton_sensitivity_arguments():
     np.testing.assert_allclose(result.x.value, [2.0, 3.0])
 
 
+def _bilinear(x, p):
+    """x0 = p0, x0 x1 = p1: x = (p0, p1 / p0), F_x = [[1, 0], [x1, x0]] singular at x0 = 0."""
+    return np.stack([x[0] - p[0], x[0] * x[1] - p[1]])
+
+
+def test_newton_sensitivity_at_a_singular_solution_is_a_failed_result():
+    # a regular solution: dx/dp = [[1, 0], [-p1 / p0**2, 1 / p0]] by hand
+    p = forward.seed(np.array([1.0, 2.0]))
+    result = newton(_bilinear, np.ones(2), args=(p,), sensitivity=True)
+    assert result.success and result.status == 1
+    np.testing.assert_allclose(result.x.value, [1.0, 2.0])
+    np.testing.assert_allclose(result.x.dvalue.toarray(), [[1.0, 0.0], [-2.0, 1.0]],
+                               rtol=1e-12)
+    # p = 0: one Newton step reaches x = (0, 1) exactly, where F_x is singular and
+    # x1 is not determined by p; no derivative exists, and that is a failed result
+    # (as a singular Newton step is), not SuperLU's RuntimeError
+    p = forward.seed(np.zeros(2))
+    result = newton(_bilinear, np.ones(2), args=(p,), sensitivity=True)
+    assert not result.success and result.status == -6 and result.nit == 1
+    assert isinstance(result.x, np.ndarray)
+    np.testing.assert_array_equal(result.x, [0.0, 1.0])
+    np.testing.assert_array_equal(result.fun, [0.0, 0.0])
+    assert "F_x is singular" in result.message
+    assert "converged: residual norm below tol" in result.message
+    assert "Factor is exactly singular" in result.message
+    # starting at the solution: no iteration, the same failure
+    result = newton(lambda x, p: x ** 2 - p, np.array([0.0, 2.0]),
+                    args=(forward.seed(np.array([0.0, 4.0])),), sensitivity=True)
+    assert result.status == -6 and result.nit == 0
+    np.testing.assert_array_equal(result.x, [0.0, 2.0])
+
+
+def test_implicit_solution_at_a_singular_jacobian_names_it():
+    p = forward.seed(np.zeros(2))
+    with pytest.raises(RuntimeError, match="F_x of F with respect to x is singular"):
+        linalg.implicit_solution(_bilinear, np.array([0.0, 1.0]), (p,))
+    # the same call at a regular solution: the hand-derived dx/dp
+    p = forward.seed(np.array([2.0, 3.0]))
+    x = linalg.implicit_solution(_bilinear, np.array([2.0, 1.5]), (p,))
+    np.testing.assert_allclose(x.dvalue.toarray(), [[1.0, 0.0], [-0.75, 0.5]], rtol=1e-12)
+
+
 def test_newton_sensitivity_with_several_parameters_and_a_shaped_x():
     a, b = forward.seed(np.array(2.0), np.array([1.0, 3.0]))
     result = newton(lambda x, a, b: a * x ** 3 - b[:, None] * np.ones((2, 2)),
