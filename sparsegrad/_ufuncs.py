@@ -62,6 +62,10 @@ def _refuse_keywords(name, kwargs, allowed):
 
 
 def _call(ufunc, inputs, kwargs):
+    if not kwargs:
+        common = _common_operands(ufunc, inputs)
+        if common is not None:
+            return _differentiate(ufunc, *common)
     if kwargs:
         _refuse_keywords(rules.rule_name(ufunc), kwargs, _CALL_KEYWORDS)
     if ufunc is np.multiply and any(scipy.sparse.issparse(i) for i in inputs):
@@ -96,8 +100,8 @@ def _call(ufunc, inputs, kwargs):
         if partials is not None and partials[i] is None:
             raise unsupported(rules.rule_name(ufunc), "argument %d is an integer and "
                               "cannot depend on the seed" % (i + 1))
-    if seed.pattern_only:  # the union of the operands' patterns: no partials, no masks
-        return make(out, jac.add([broadcast_jacobian(x, out.shape) for _, x in forwards]))
+    if seed.pattern_only:
+        return _pattern_union(forwards, out)
     # plain arrays of the caller: a partial that is one of them (``x * c`` has the
     # partial ``c``) is copied, or writing into ``c`` later would change the Jacobian
     constants = [v for v, x in zip(values, inputs)
@@ -108,13 +112,25 @@ def _call(ufunc, inputs, kwargs):
         terms = [jac.mask_rows(broadcast_jacobian(x, out.shape),
                                first if i == 0 else ~first) for i, x in forwards]
         return make(out, jac.add(terms))
+    return _differentiate(ufunc, forwards, values, out, constants)
+
+
+def _differentiate(ufunc, forwards, values, out, constants):
+    """``out`` with the Jacobian of the rule ``DERIVATIVES[ufunc]`` (chain rule).
+
+    ``values`` are the inputs in the precision of ``out``; ``constants`` the
+    caller's arrays among them, copied when one is a partial derivative.
+    """
+    partials = rules.DERIVATIVES[ufunc]
+    if forwards[0][1]._jacobian.seed.pattern_only:
+        return _pattern_union(forwards, out)
     terms = []
     with np.errstate(all="ignore"):  # numpy already warned about the value
         for i, x in forwards:
             partial = partials[i]
             if callable(partial):
                 partial = partial(*values, out)
-                if any(partial is c for c in constants):
+                if constants and any(partial is c for c in constants):
                     partial = partial.copy()
             if getattr(partial, "ndim", 0) > 0:
                 if partial.shape != out.shape:
@@ -124,6 +140,63 @@ def _call(ufunc, inputs, kwargs):
                 partial = partial[()] if isinstance(partial, np.ndarray) else partial
             terms.append(jac.scale(broadcast_jacobian(x, out.shape), partial))
     return make(out, jac.add(terms))
+
+
+def _pattern_union(forwards, out):
+    """Sparsity mode: the union of the operands' patterns (no partials, no masks)."""
+    return make(out, jac.add([broadcast_jacobian(x, out.shape) for _, x in forwards]))
+
+
+_FLOAT64 = np.dtype(np.float64)
+
+
+def _common_operands(ufunc, inputs):
+    """``(forwards, values, out, constants)`` for :func:`_differentiate`, computing
+    ``out``, when the call is the common case of residual code; else None.
+
+    The common case: a differentiable ufunc of float64 forward values of one
+    (non-empty) shape, Python floats and ints, and float64 arrays of that shape
+    (``eta * u``, ``x - 1.0``, ``xt - f``).  Then none of the general path's
+    coercions, broadcasts and dtype rules can apply, and their cost per call
+    would exceed numpy's own on arrays of thousands of elements.
+    """
+    partials = rules.DERIVATIVES.get(ufunc)
+    if partials is None:
+        return None
+    shape = None
+    forwards, values, precise, constants = [], [], [], []
+    for i, x in enumerate(inputs):
+        kind = type(x)
+        if kind is float:
+            precise.append(np.float64(x))
+        elif kind is int and -2 ** 63 <= x < 2 ** 63:
+            precise.append(np.int64(x))
+        elif kind is np.ndarray:
+            if x.dtype is not _FLOAT64 or (shape is not None and x.shape != shape):
+                return None
+            shape = x.shape
+            constants.append(x)
+            precise.append(x)
+        elif isinstance(x, value):
+            array = x._value
+            if (type(array) is not np.ndarray or array.dtype is not _FLOAT64
+                    or not array.ndim or (shape is not None and array.shape != shape)
+                    or partials[i] is None):
+                return None
+            shape = array.shape
+            forwards.append((i, x))
+            precise.append(array)
+            x = array
+        else:
+            return None
+        values.append(x)
+    if not forwards or len(inputs) != ufunc.nin:
+        return None
+    jac.common_seed([x._jacobian for _, x in forwards])
+    out = ufunc(*values)
+    if out.dtype is not _FLOAT64:  # (no rule of a float64 ufunc gives another dtype)
+        return None
+    return forwards, precise, out, constants
 
 
 def _at_precision(values, dtype):

@@ -261,7 +261,6 @@ class value(NDArrayOperatorsMixin):
         where = kwargs.pop("where", True)
         if where is not True:
             raise unsupported(rules.rule_name(ufunc), "the where= argument")
-        from . import _ufuncs
         result = _ufuncs.apply(ufunc, method, inputs, kwargs)
         if out is None:
             return result
@@ -271,10 +270,9 @@ class value(NDArrayOperatorsMixin):
 
     @pooled
     def __array_function__(self, func, types, args, kwargs):
-        from ._functions import FUNCTIONS, CREATION, create
-        if func in CREATION:
-            return create(func, self, args, kwargs)
-        implementation = FUNCTIONS.get(func)
+        if func in _functions.CREATION:
+            return _functions.create(func, self, args, kwargs)
+        implementation = _functions.FUNCTIONS.get(func)
         if implementation is None:
             raise unsupported("numpy." + _qualified_name(func),
                               "no derivative rule for this function")
@@ -482,3 +480,8 @@ def cast_is_constant(name, seed, result_kind, input_kinds):
     if result_kind == "f" and "c" in input_kinds and seed.complex:
         raise _not_complex_differentiable(name)
     return result_kind not in "fc" and not input_kinds.isdisjoint("fc")
+
+
+# the protocol implementations are built on the names above and import this
+# module: imported last, once, instead of inside every protocol call
+from . import _functions, _ufuncs  # noqa: E402  (circular by design)

@@ -443,6 +443,85 @@ def test_binary_rule_on_the_fake_device(ufunc, dtype, variant, rng):
         _on_the_fake_device(g, x0)
 
 
+def _common_case_params():
+    # float64 rules and every way of passing operands the shortcut accepts
+    params = []
+    for ufunc, case in CASES.items():
+        if F64 not in case.dtypes:
+            continue
+        if ufunc.nin == 1:
+            variants = ["unary"]
+        elif INT in case.domains:  # (ldexp: the integer exponent is never forward)
+            variants = ["fwd_const", "fwd_pyint"]
+        else:
+            variants = ["fwd_fwd_pieces", "fwd_const", "const_fwd", "fwd_pyscalar",
+                        "pyscalar_fwd", "fwd_pyint"]
+        params += [pytest.param(ufunc, v, id="%s-%s" % (_name(ufunc), v)) for v in variants]
+    return params
+
+
+@pytest.mark.parametrize("ufunc, variant", _common_case_params())
+def test_common_case_equals_the_general_path(ufunc, variant, rng):
+    # float64 operands of one shape take a shortcut past the general path's
+    # casts and broadcasts (sparsegrad._ufuncs._common_operands); a dtype=
+    # keyword forces the general path: both must agree bit for bit
+    dtype = F64
+    case = CASES[ufunc]
+    if variant == "fwd_pyint":  # (2 lies in the domain of every second argument
+        # but fmod's and remainder's, where it is still a valid operand)
+        g, x0 = (lambda s: ufunc(s, 2)), _sample(case, 0, (5,), dtype, rng)
+    elif variant == "unary":
+        g, x0 = ufunc, _sample(case, 0, (2, 3), dtype, rng)
+    else:
+        g, x0 = _binary_inputs(ufunc, dtype, variant, (2, 3), rng)
+    common = g(forward.seed(x0))
+    general = _general_path(g)(forward.seed(x0))
+    _assert_same_values(common.value, general.value)
+    a, b = common.dvalue, general.dvalue
+    assert_array_equal_sparse(a, b)
+
+
+def _general_path(g):
+    """``g`` with every ufunc call given ``dtype=float64`` (the general path)."""
+    def forced(s):
+        with _dtype_keyword():
+            return g(s)
+    return forced
+
+
+class _dtype_keyword:
+    """Within the block, forward values' ufunc calls carry ``dtype=float64``."""
+
+    def __enter__(self):
+        from sparsegrad import _value
+        self._original = _value.value.__array_ufunc__
+
+        def with_dtype(this, ufunc, method, *inputs, **kwargs):
+            if method == "__call__" and "dtype" not in kwargs:
+                kwargs["dtype"] = np.float64
+            return self._original(this, ufunc, method, *inputs, **kwargs)
+        _value.value.__array_ufunc__ = with_dtype
+
+    def __exit__(self, *exc):
+        from sparsegrad import _value
+        _value.value.__array_ufunc__ = self._original
+
+
+def assert_array_equal_sparse(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    np.testing.assert_array_equal(a.indptr, b.indptr)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.data, b.data)
+
+
+def test_common_case_copies_a_constant_used_as_a_partial():
+    x = forward.seed(np.array([1.0, 2.0]))
+    c = np.array([3.0, 4.0])
+    y = x * c                                       # the partial is c itself
+    c[:] = 0.0
+    np.testing.assert_array_equal(y.dvalue.toarray(), np.diag([3.0, 4.0]))
+
+
 def test_ldexp_exponent_must_not_depend_on_the_seed():
     exponent = forward.seed(np.array([1, 2]))
     with pytest.raises(TypeError):
