@@ -72,7 +72,9 @@ def seed(*x):
     *x : array_like
         One or more arrays, any shape; the Jacobian of later results is taken
         with respect to ``x.ravel()`` (C order).  Integer and bool input is
-        promoted to float64.  The arrays are copied.  With several arrays the
+        promoted to float64.  Jacobians have the dtype of the result's value,
+        except that float16 values have a float32 Jacobian (scipy.sparse has
+        no float16); the values stay float16.  The arrays are copied.  With several arrays the
         Jacobian is taken with respect to all of them together: its columns
         are the elements of the first array, then those of the second, ...
 
