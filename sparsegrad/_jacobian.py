@@ -670,11 +670,14 @@ def vstack(jacobians):
 def matrix_dtype(seed, value_dtype):
     """The dtype of the scipy matrix of a Jacobian whose value has ``value_dtype``:
     bool in sparsity mode, else the value's own inexact dtype (float32 stays
-    float32), float64 for integer values."""
+    float32) but at least float32 (float16 values give a float32 matrix),
+    float64 for integer values."""
     if seed.pattern_only:
         return np.dtype(np.bool_)
     if np.issubdtype(value_dtype, np.inexact):
-        return np.dtype(value_dtype)
+        # scipy.sparse has no float16: a csr_matrix stores it, but toarray, @ and
+        # the solvers refuse it, so float32 is the smallest float it can use
+        return np.promote_types(value_dtype, np.float32)
     return np.dtype(np.float64)
 
 

@@ -399,8 +399,6 @@ def test_float32_mixed_with_float64_constant():
     assert z.value.dtype == np.float64 and z.dvalue.dtype == np.float64
 
 
-@pytest.mark.xfail(strict=True, reason="needs the matrix_dtype patch of _jacobian.py "
-                   "(float16 values give a float32 matrix); remove this mark with it")
 def test_float16_seed_gives_a_float32_jacobian():
     # scipy.sparse has no float16 (a float16 csr_matrix is stored, but toarray, @
     # and the solvers refuse it): the Jacobian is float32, the smallest float scipy
