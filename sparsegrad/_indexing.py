@@ -21,6 +21,8 @@ array([[0., 0., 0.],
        [2., 0., 0.],
        [0., 2., 0.]])
 """
+import math
+
 import numpy as np
 
 from . import _jacobian as jac
@@ -39,8 +41,7 @@ def row_index(shape, xp=np):
     ``xp``: the array module the row numbers are made with (a device's, for
     index arrays that live there).
     """
-    size = int(np.prod(shape, dtype=np.int64))
-    return jac._arange(size, xp).reshape(shape)
+    return jac._arange(math.prod(shape), xp).reshape(shape)
 
 
 class Assembly:

@@ -462,10 +462,11 @@ class _Rows:
     """
 
     __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous", "_device_flat",
-                 "_may_be_empty")
+                 "_may_be_empty", "_equal")
 
     def __init__(self, rows, n_source, may_be_empty=True):
         self._may_be_empty = may_be_empty
+        self._equal = []  # stored row numbers found equal to these (see equals)
         self._device_flat = None  # (backend, the row numbers copied there)
         self._base = _arange(n_source)
         self._view = None
@@ -516,6 +517,19 @@ class _Rows:
             self._device_flat = (backend, _backend.to_device(self.flat, backend))
         return self._device_flat[1]
 
+    def equals(self, stored):
+        """Whether these row numbers equal ``stored`` (1-d), each array compared once.
+
+        The terms of one Jacobian cache their gathers under the same stored
+        row numbers: a gather of k terms compares the rows once, not k times.
+        """
+        if any(known is stored for known in self._equal):
+            return True
+        if _same_rows(stored, self.flat):
+            self._equal.append(stored)
+            return True
+        return False
+
     def pick(self, v):
         """``v[rows]`` as a 1-d array (a view when the rows are a contiguous run)."""
         backend = _backend.of(v)
@@ -555,7 +569,7 @@ def _gather(seed, M, rows, key):
         hit = cache.get(key)
         if hit is not None:
             stored_rows, matrix = hit
-            if stored_rows is None or _same_rows(stored_rows, rows.flat):
+            if stored_rows is None or rows.equals(stored_rows):
                 return matrix
     if M is None:
         result = _selection(seed.size, rows.flat_on(seed.backend))

@@ -214,7 +214,7 @@ class value(NDArrayOperatorsMixin):
         # (a view of the read-only row numbers, or a fresh array that is ours: made
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)
-        rows = jac._readonly(row_index(self.shape, xp)[row_key])
+        rows = jac._readonly(_rows_read(self.shape, row_key, xp))
         if assembly:
             return make(result, self._jac.take_rows(rows))
         return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, row_key),
@@ -349,6 +349,20 @@ def _device_keys(key, array, device_rows=False):
     if isinstance(key, tuple):
         return on_device, on_host, xp
     return on_device[0], on_host[0], xp
+
+
+def _rows_read(shape, key, xp):
+    """The Jacobian rows that ``array[key]`` reads, for an array of ``shape``: a
+    view of the row numbers or a fresh array.
+
+    The stencil case, an int64 index array without negative entries into a
+    1-d value, holds the rows themselves (the value's own indexing has
+    checked their bounds): a copy is cheaper than gathering the row numbers.
+    """
+    if (type(key) is np.ndarray and len(shape) == 1 and key.ndim == 1
+            and key.dtype == jac.INDEX_DTYPE and (key.size == 0 or key.min() >= 0)):
+        return key.copy()
+    return row_index(shape, xp)[key]
 
 
 def _broadcast_rows(shape, target_shape):

@@ -651,3 +651,37 @@ def test_refused_write_changes_nothing():
         F[0:2] = x             # shapes (2,) and (3,) do not broadcast
     assert_array_equal(F.value, [1.0, 2.0, 3.0])
     assert_array_equal(F.dvalue.toarray(), np.eye(3))
+
+
+def test_gathers_of_several_terms_see_an_index_array_changed_in_place():
+    # the terms of x * y[::-1] cache their gathers under one stored copy of the
+    # row numbers, compared once per read: a changed index must still miss
+    x0 = np.array([1.0, 2.0, 3.0, 4.0])
+    neighbour = np.array([1, 2, 3, 0])
+
+    def f(x):
+        return (x * x[::-1] + x[:2].sum())[neighbour]
+
+    jacobians = []
+    for stencil in ([1, 2, 3, 0], [3, 3, 0, 1]):
+        neighbour[:] = stencil
+        result = f(forward.seed(x0))
+        expected = numerical_jacobian(f, x0, method="complex")
+        assert_allclose(result.dvalue.toarray(), expected, rtol=1e-13, atol=1e-13)
+        assert_allclose(result.value, f(x0))
+        jacobians.append(result.dvalue.toarray())
+    assert not np.array_equal(jacobians[0] != 0, jacobians[1] != 0)
+
+
+def test_each_cached_gather_is_checked_against_the_current_index():
+    # one term's cache refreshed for the new index, the other's still holding the
+    # old one: both must be checked, not only the first
+    x0 = np.array([1.0, 2.0, 3.0, 4.0])
+    neighbour = np.array([1, 2, 3, 0])
+    x = forward.seed(x0)
+    (x * x[::-1])[neighbour]                   # both terms cache the gather
+    neighbour[:] = [3, 3, 0, 1]
+    x[neighbour]                               # refreshes the identity's cache only
+    y = (x * x[::-1])[neighbour]
+    expected = numerical_jacobian(lambda v: (v * v[::-1])[neighbour], x0, method="complex")
+    assert_allclose(y.dvalue.toarray(), expected, rtol=1e-13, atol=1e-13)
