@@ -298,6 +298,16 @@ def _factor(s, d):
     return d if _is_one(s) else d * s
 
 
+def _scalar_keeps_dtype(s, d):
+    """Whether ``d * s`` has the dtype of ``d`` for a real scalar ``s`` (so that a
+    kernel can apply ``s`` as it reads ``d``)."""
+    if type(s) is float or (type(s) is int and -2 ** 24 <= s <= 2 ** 24):
+        # (weak Python scalars keep d's precision; ints exact in every float)
+        return d.dtype.kind == "f"
+    return (isinstance(s, np.floating) and d.dtype.kind == "f"
+            and np.result_type(d.dtype, s.dtype) == d.dtype)
+
+
 #: terms a sum may hold before they are merged into one matrix
 MAX_TERMS = 16
 
@@ -421,11 +431,16 @@ def _merge(J, index_dtype=None):
                 indptr, indices, data = None, M.columns, None
             else:
                 indptr, indices, data = M.indptr, M.indices, M.data
-            row_scale = None
-            factor = _factor(s, d)
-            if not seed.pattern_only and not _is_one(factor):
-                row_scale = xp.broadcast_to(xp.asarray(factor), (n_rows,))
-            parts.append((indptr, indices, data, row_scale, first_row))
+            if seed.pattern_only:
+                parts.append((indptr, indices, data, None, first_row))
+            elif d is not None and _scalar_keeps_dtype(s, d):
+                # s * diag(d): the kernel multiplies as it writes (no product array)
+                parts.append((indptr, indices, data, d, first_row, s))
+            else:
+                factor = _factor(s, d)
+                row_scale = None if _is_one(factor) else xp.broadcast_to(
+                    xp.asarray(factor), (n_rows,))
+                parts.append((indptr, indices, data, row_scale, first_row))
     if not parts and xp is not np:
         # (kernels take the device from their arrays: an empty block carries it)
         parts.append((xp.zeros(1, dtype=INDEX_DTYPE), xp.zeros(0, dtype=INDEX_DTYPE), None,

@@ -485,6 +485,56 @@ def test_merge_scaled_rejects_blocks_that_do_not_fit(kernels):
     kernels.merge_scaled(3, 2, [block + (0,), block + (1,)])   # both fit
 
 
+def _factor_terms(rng, n_rows, n_cols, dtype):
+    """Terms of every shape the merge paths take, each with a row scale and a
+    real factor: stencil selections by their columns (one entry per row, in
+    a shared column order), selections with empty rows, random CSR blocks
+    and rows long enough for the dense accumulator."""
+    terms = []
+    for k in range(6):
+        m = n_rows if k < 3 else int(rng.integers(1, n_rows + 1))
+        first = int(rng.integers(0, n_rows - m + 1))
+        if k < 3:  # stencil: shifted columns
+            indptr, data = None, None
+            indices = (np.arange(m, dtype=I64) + 7 * k) % n_cols
+            if k == 2:
+                indices[rng.random(m) < 0.2] = -1
+        else:
+            density = 0.9 if k == 5 else 0.05
+            indptr, indices, data = random_csr(rng, m, n_cols, density, dtype=dtype)
+        scale = rng.standard_normal(m).astype(dtype)
+        if np.dtype(dtype).kind == "c":
+            scale = scale + 1j * rng.standard_normal(m)
+        factor = [-1.0, 0.5 * rng.standard_normal(), 3, np.float64(-2.5),
+                  1.0, np.float32(0.3)][k]
+        terms.append((indptr, indices, data, scale, first, factor))
+    return terms
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_merge_scaled_factor_equals_the_product(kernels, rng, dtype):
+    # a 6-tuple's factor multiplies the row scale as numpy's ``scale * factor``
+    # (Python float semantics): bit for bit the 5-tuple with that product
+    for n_rows, n_cols in [(40, 40), (300, 600), (9, 3)]:
+        terms = _factor_terms(rng, n_rows, n_cols, dtype)
+        products = [t[:3] + (t[3] * float(t[5]), t[4]) for t in terms]
+        assert products[0][3].dtype == np.dtype(dtype)
+        actual = call(kernels.merge_scaled, n_rows, n_cols, terms)
+        expected = call(kernels.merge_scaled, n_rows, n_cols, products)
+        assert_same_result(actual, expected)
+        check_canonical(actual, (n_rows, n_cols))
+
+
+def test_merge_scaled_factor_needs_a_real_number_and_a_row_scale(kernels):
+    one = (np.array([0, 1]), np.array([1]), None)
+    with pytest.raises(ValueError, match="factor is a real number"):
+        kernels.merge_scaled(1, 2, [one + (np.ones(1), 0, 1j)])
+    with pytest.raises(ValueError, match="row_scale, which is None"):
+        kernels.merge_scaled(1, 2, [one + (None, 0, 2.0)])
+    result = kernels.merge_scaled(1, 2, [one + (None, 0, 1.0)])   # 1: no factor at all
+    np.testing.assert_array_equal(result[2], [1.0])
+
+
 @pytest.mark.parametrize("pattern_only", [False, True])
 def test_merge_scaled_int32_indices(kernels, rng, pattern_only):
     terms = _random_block_terms(rng, 9, 7, 5)

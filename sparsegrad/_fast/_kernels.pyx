@@ -420,6 +420,7 @@ cdef struct Term:
     const void* data          # NULL: all ones
     const void* scale         # NULL: no row scaling
     int64_t scale_step        # scale of row i: scale[i * scale_step] (0: broadcast)
+    double factor             # real scalar times the row scale (1: none; real kinds only)
     int64_t nnz
     int mode                  # ONES, DATA, SCALE, DATA_SCALE or ONES_SCALE
     bint holes                # a selection: one entry per row, column -1 = none
@@ -646,19 +647,30 @@ ctypedef fused formula_t:
 
 
 cdef inline data_t _formula_value(formula_t* tag, const data_t* dp, const data_t* sp,
-                                  int64_t p, int64_t r, int64_t step) noexcept nogil:
-    """Value of entry ``p`` (local row ``r``) of a term by the tag's formula."""
+                                  int64_t p, int64_t r, int64_t step,
+                                  double fac) noexcept nogil:
+    """Value of entry ``p`` (local row ``r``) of a term by the tag's formula
+    (``fac``: the term's factor, see :func:`_scaled`)."""
     cdef data_t one = 1
     if formula_t is DataTag:
         return dp[p]
     elif formula_t is ScaleTag:
-        return sp[r * step]
+        return _scaled(sp[r * step], fac)
     elif formula_t is DataScaleTag:
-        return _mul(dp[p], sp[r * step])
+        return _mul(dp[p], _scaled(sp[r * step], fac))
     elif formula_t is OnesScaleTag:
         return _mul(one, sp[r * step])
     else:
         return one
+
+
+cdef inline data_t _scaled(data_t scale, double fac) noexcept nogil:
+    """A row scale times the term's real factor, rounded as numpy's ``scale * fac``
+    (the wrapper gives a factor other than 1 to real kinds only, where
+    ``x * 1 == x`` exactly)."""
+    if data_t is float or data_t is double:
+        return scale * <data_t>fac
+    return scale
 
 
 @cython.boundscheck(False)
@@ -670,9 +682,10 @@ cdef inline data_t _term_value(const Term* t, int64_t p, int64_t i, data_t one) 
     if mode == DATA:
         return (<const data_t*>t.data)[p]
     if mode == SCALE:
-        return (<const data_t*>t.scale)[i * t.scale_step]
+        return _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor)
     if mode == DATA_SCALE:
-        return _mul((<const data_t*>t.data)[p], (<const data_t*>t.scale)[i * t.scale_step])
+        return _mul((<const data_t*>t.data)[p],
+                    _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor))
     if mode == ONES_SCALE:
         return _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
     return one
@@ -737,7 +750,7 @@ cdef inline int64_t _window_row(int64_t i, Py_ssize_t n_terms, const Term* terms
         d = <const data_t*>t.data
         sc = one
         if mode == SCALE or mode == DATA_SCALE:
-            sc = (<const data_t*>t.scale)[i * t.scale_step]
+            sc = _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor)
         elif mode == ONES_SCALE:
             sc = _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
         # (one loop per value formula: the formula is fixed within a term)
@@ -845,7 +858,7 @@ cdef inline uint64_t _gather_run(const Term* t, int64_t lo, int64_t n, int64_t i
                 vals[m + p] = d[p]
         elif t.mode == DATA_SCALE:
             d = <const data_t*>t.data + lo
-            sc = (<const data_t*>t.scale)[i * t.scale_step]
+            sc = _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor)
             for p in range(n):
                 vals[m + p] = _mul(d[p], sc)
         else:
@@ -1101,7 +1114,7 @@ cdef inline int _sel_gather_term(formula_t* tag, int64_t n, const int64_t* ip,
                                  const int64_t* ix, int64_t* cursor, int64_t nnz_t,
                                  uint64_t ncols, uint64_t* kp, data_t* vp,
                                  Py_ssize_t n_terms, Py_ssize_t k, const data_t* dp,
-                                 const data_t* sp, int64_t step, bint holes,
+                                 const data_t* sp, int64_t step, double fac, bint holes,
                                  uint64_t* bad) noexcept nogil:
     """The rows of one term for :func:`_sel_gather`: 1 if some row holds more
     than one entry or an indptr step is invalid, else 0 (``cursor`` moved).
@@ -1119,7 +1132,7 @@ cdef inline int _sel_gather_term(formula_t* tag, int64_t n, const int64_t* ip,
             seen_bad |= c >= ncols
             kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
             if formula_t is not PatternTag:
-                vp[r * n_terms] = _formula_value(tag, dp, sp, lo, r, step)
+                vp[r * n_terms] = _formula_value(tag, dp, sp, lo, r, step, fac)
         else:
             kp[r * n_terms] = empty | <uint64_t>k
             if formula_t is not PatternTag:
@@ -1168,22 +1181,22 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
         _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
         if not values:
             rc = _sel_gather_term(<PatternTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
         elif mode == ONES:
             rc = _sel_gather_term(<OnesTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
         elif mode == DATA:
             rc = _sel_gather_term(<DataTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
         elif mode == SCALE:
             rc = _sel_gather_term(<ScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
         elif mode == DATA_SCALE:
             rc = _sel_gather_term(<DataScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
         else:
             rc = _sel_gather_term(<OnesScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
         if rc:
             return 1
         st.los[k] = lo
@@ -1310,7 +1323,7 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, bint 
                                  const int64_t* ip, const int64_t* ix, int64_t lo,
                                  uint64_t ncols, const oindex_t* prev, int64_t pc,
                                  oindex_t* oi, data_t* od, int64_t c, const data_t* dp,
-                                 const data_t* sp, int64_t step, uint64_t* bad,
+                                 const data_t* sp, int64_t step, double fac, uint64_t* bad,
                                  uint64_t* disorder) noexcept nogil:
     """One term's rows for :func:`_direct_block`; returns the rows that follow
     the template.  The first term of a place writes it (and notes a column
@@ -1333,7 +1346,7 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, bint 
             seen_disorder |= col <= prev[r * pc]
             oi[r * c] = <oindex_t>col
             if formula_t is not PatternTag:
-                od[r * c] = _formula_value(tag, dp, sp, lo + r, r, step)
+                od[r * c] = _formula_value(tag, dp, sp, lo + r, r, step, fac)
     else:
         for r in range(limit):
             if not checked and ip[r] != lo + 1 + r:
@@ -1348,7 +1361,7 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, bint 
                 limit = r
                 break
             if formula_t is not PatternTag:
-                od[r * c] = od[r * c] + _formula_value(tag, dp, sp, lo + r, r, step)
+                od[r * c] = od[r * c] + _formula_value(tag, dp, sp, lo + r, r, step, fac)
     bad[0] |= seen_bad
     disorder[0] |= seen_disorder
     return limit
@@ -1428,22 +1441,22 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
         # of the loop)
         if not values:
             limit = _direct_term(<PatternTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
         elif mode == ONES:
             limit = _direct_term(<OnesTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
         elif mode == DATA:
             limit = _direct_term(<DataTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
         elif mode == SCALE:
             limit = _direct_term(<ScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
         elif mode == DATA_SCALE:
             limit = _direct_term(<DataScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
         else:
             limit = _direct_term(<OnesScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
     if bad:
         return -1
     # the places of each row must hold increasing columns (looked at only
@@ -2146,14 +2159,20 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         term = terms[k]
         n_items = len(term)
         first = 0
+        factor = 1.0
         if n_items == 4:
             indptr, indices, data, scale = term
         elif n_items == 5:
             indptr, indices, data, scale, first_row = term
             first = operator.index(first_row)
+        elif n_items == 6:
+            indptr, indices, data, scale, first_row, factor = term
+            first = operator.index(first_row)
+            factor = _reference._real_factor(factor, scale)
         else:
             raise ValueError("merge_scaled: term %d is (indptr, indices, data, row_scale"
-                             "[, first_row]), got a tuple of %d items" % (k, n_items))
+                             "[, first_row[, factor]]), got a tuple of %d items"
+                             % (k, n_items))
         # (error messages, and conversions, only off the fast path)
         if not _is_index_array(indices):
             indices = _as_index(indices, "merge_scaled term %d indices" % k)
@@ -2172,7 +2191,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         elif not _is_index_array(indptr):
             indptr = _as_index(indptr, "merge_scaled term %d indptr" % k)
         m = nr
-        if n_items == 5:
+        if n_items >= 5:
             m = cnp.PyArray_DIM(<cnp.ndarray>indptr, 0) - 1
             if m < 0:
                 raise ValueError("merge_scaled term %d: indptr must have at least one entry"
@@ -2193,6 +2212,12 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                 data = _as_values(data, nnz_k, "merge_scaled term %d data" % k)
             if scale is not None and not _is_values(scale, m):
                 scale = _as_values(scale, m, "merge_scaled term %d row_scale" % k)
+            if factor != 1.0 and (_array_kind(scale) not in (F32, F64)
+                                  or scale.strides[0] == 0):
+                # (complex, other dtypes, broadcast scalars: the product as numpy
+                # forms it, here once)
+                scale = scale * factor
+                factor = 1.0
             # the kind of the reference's (ones or data) * scale
             tk = F64 if data is None else _array_kind(data)
             if scale is not None:
@@ -2202,7 +2227,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             kinds.append(tk)
         else:
             data = scale = None
-        prepared.append([indptr, indices, data, scale, first, m, holes])
+        prepared.append([indptr, indices, data, scale, first, m, holes, factor])
     bound = min(<object>total, <object>nr * <object>nc)
     if index_dtype is not None:
         int32 = _reference._check_index_dtype(index_dtype, bound, nc) == np.int32
@@ -2225,13 +2250,17 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             if kind < 0:
                 _validate_terms(prepared, nc)
                 return _reference.merge_scaled(
-                    nr, nc, [(None if t[6] else t[0],) + tuple(t[1:5]) for t in prepared],
+                    nr, nc, [(None if t[6] else t[0],) + tuple(t[1:5]) + (t[7],)
+                         for t in prepared],
                     pattern_only, index_dtype)
             narrow = [dt != out_dtype for dt in dtypes]
         for k in range(n_terms):
             indptr, indices, data, scale = prepared[k][:4]
             if scale is not None and narrow[k]:
                 # a product rounded in a narrower dtype than the result's
+                if prepared[k][7] != 1.0:
+                    scale = scale * prepared[k][7]
+                    prepared[k][7] = 1.0
                 data = scale_rows(indptr, data, scale)
                 scale = None
             if data is not None and not (_array_kind(data) == kind
@@ -2242,6 +2271,9 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                                           and scale.strides[0] % scale.itemsize == 0):
                 # (a scale of the right dtype is read with its stride: a
                 # broadcast scalar, stride 0, is not copied)
+                if prepared[k][7] != 1.0:  # (the factor in the scale's own dtype)
+                    scale = scale * prepared[k][7]
+                    prepared[k][7] = 1.0
                 scale = np.ascontiguousarray(scale, dtype=out_dtype)
             prepared[k][2] = data
             prepared[k][3] = scale
@@ -2289,6 +2321,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             ts[k].data = _ptr(prepared[k][2])
             ts[k].scale = _ptr(prepared[k][3])
             ts[k].scale_step = 0
+            ts[k].factor = prepared[k][7]
             if prepared[k][3] is not None:
                 ts[k].scale_step = prepared[k][3].strides[0] // prepared[k][3].itemsize
             ts[k].nnz = prepared[k][1].shape[0]

@@ -198,22 +198,39 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     return indptr, indices, data
 
 
+def _real_factor(factor, row_scale):
+    """A merge term's factor as a Python float (a real number times a row scale)."""
+    if isinstance(factor, (complex, np.complexfloating)) or not np.isrealobj(factor) \
+            or np.ndim(factor) != 0:
+        raise ValueError("merge_scaled: a term's factor is a real number, got %r" % (factor,))
+    factor = float(factor)
+    if row_scale is None and factor != 1.0:
+        raise ValueError("merge_scaled: a term's factor multiplies its row_scale, "
+                         "which is None")
+    return factor
+
+
 def _merge_term(term, n_rows):
     """``(indptr, indices, data, row_scale, first_row, m)`` of a merge term given
-    as a 4-tuple (``first_row`` 0, ``m == n_rows``) or a 5-tuple."""
+    as a 4-tuple (``first_row`` 0, ``m == n_rows``), a 5-tuple or a 6-tuple
+    (``row_scale`` times the factor, as numpy forms it)."""
     if len(term) == 4:
         indptr, indices, data, scale = term
         first_row = 0
         m = n_rows
-    elif len(term) == 5:
-        indptr, indices, data, scale, first_row = term
+    elif len(term) in (5, 6):
+        indptr, indices, data, scale, first_row = term[:5]
         first_row = operator.index(first_row)
+        if len(term) == 6:
+            factor = _real_factor(term[5], scale)
+            if factor != 1.0:
+                scale = scale * factor
         m = len(indices) if indptr is None else len(indptr) - 1
         if m < 0:
             raise ValueError("merge_scaled: a term's indptr must have at least one entry")
     else:
         raise ValueError("merge_scaled: a term is (indptr, indices, data, row_scale"
-                         "[, first_row]), got a tuple of %d items" % len(term))
+                         "[, first_row[, factor]]), got a tuple of %d items" % len(term))
     if indptr is None:  # a selection given by its columns
         if data is not None:
             raise ValueError("merge_scaled: a selection term (indptr None) has no data")
@@ -250,7 +267,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     ----------
     n_rows, n_cols : int
         Shape of the result.
-    terms : sequence of (indptr, indices, data, row_scale[, first_row])
+    terms : sequence of (indptr, indices, data, row_scale[, first_row[, factor]])
         ``data`` may be ``None`` (all ones); ``row_scale`` is ``None`` (ones)
         or a 1-d array with one entry per row of the term (a broadcast,
         stride-0 array is fine).  ``indptr`` may be ``None``: the term is then
@@ -263,7 +280,9 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         ``first_row .. first_row + m - 1`` of the result; it must fit:
         ``0 <= first_row`` and ``first_row + m <= n_rows``.  Rows of the
         result that no term covers are empty; terms whose rows overlap are
-        summed.
+        summed.  A 6-tuple's ``factor``, a real number, multiplies the
+        row scale as ``row_scale * factor`` does with a Python float (in the
+        row scale's dtype): terms ``s * diag(d) * M`` need no product array.
     pattern_only : bool
         Compute only the union pattern; data of the result is ``None``.
     index_dtype : None, numpy.int64 or numpy.int32
