@@ -177,9 +177,17 @@ class CSR:
             shape=self.shape, copy=False)
 
 
-@lru_cache(maxsize=16)
 def _arange(n, xp=np):
-    """``xp.arange(n)`` as int64, shared (read-only on the CPU)."""
+    """``xp.arange(n)`` as int64, shared (read-only on the CPU).
+
+    One array per ``(n, xp)`` however it is called: row numbers read by
+    slicing are recognised as views of it (``_Rows``) by identity.
+    """
+    return _shared_arange(int(n), xp)
+
+
+@lru_cache(maxsize=16)
+def _shared_arange(n, xp):
     return _readonly(xp.arange(n, dtype=INDEX_DTYPE))
 
 

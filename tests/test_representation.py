@@ -455,6 +455,16 @@ def test_scalar_seed_shapes():
     assert_array_equal(s.dvalue.toarray(), [[0.0, 2.0, 4.0]])
 
 
+def test_row_numbers_of_reads_are_recognised_as_views():
+    # reads slice row_index(shape, xp): the gather must see a strided view of the
+    # very arange it compares against, however the shared arange was asked for
+    from sparsegrad._indexing import row_index
+    for arguments in ((), (np,)):
+        view = row_index((4, 5), *arguments)[1:3, ::2]
+        assert jac._Rows(view, 20)._view is not None
+    assert jac._arange(7) is jac._arange(7, np) is jac._arange(np.int64(7))
+
+
 @pytest.mark.parametrize("shape,key", [
     ((12,), slice(None)), ((12,), slice(None, None, -1)), ((12,), slice(2, -3, 3)),
     ((3, 4), (slice(None, None, -1), slice(1, 3))), ((3, 4), (1,)), ((3, 4), (Ellipsis, 2)),
