@@ -269,7 +269,7 @@ class Jacobian:
 
     def _single(self):
         """The one term of this Jacobian, merging the terms first if there are several."""
-        if len(self.terms) != 1:
+        if self._terms is None or len(self._terms) != 1:
             self.terms = ((1, None, CSR(self.shape, *_merge(self))),)
         return self.terms[0]
 
@@ -279,7 +279,7 @@ class Jacobian:
 
     @property
     def diag(self):
-        return self._single()[1]
+        return _vector(self._single()[1])
 
     @property
     def scale(self):
@@ -303,7 +303,19 @@ def _factor(s, d):
     """``s * d`` as one scalar or vector (``d`` None: all ones)."""
     if d is None:
         return s
+    d = _vector(d)
     return d if _is_one(s) else d * s
+
+
+def _vector(d):
+    """A row factor as one vector: a pending product ``(d, c)`` multiplied out.
+
+    Scaling a term by a vector ``c`` keeps the pair ``(d, c)`` instead of
+    forming ``d * c`` (see :func:`scale`): most such products are only read by
+    the final merge, whose kernel forms them as it writes.  Everything else
+    reads row factors through this function (or :func:`_factor`).
+    """
+    return d[0] * d[1] if type(d) is tuple else d
 
 
 def _scalar_keeps_dtype(s, d):
@@ -315,6 +327,19 @@ def _scalar_keeps_dtype(s, d):
     return (isinstance(s, np.floating) and d.dtype.kind == "f"
             and np.result_type(d.dtype, s.dtype) == d.dtype)
 
+
+def _times(d, factor):
+    """The row factor ``d * factor`` of a term scaled by the vector ``factor``:
+    a pending pair when both are float vectors of one dtype (see :func:`_vector`)."""
+    if d is None:
+        return factor
+    d = _vector(d)
+    if PENDING_PRODUCTS and d.dtype == factor.dtype and d.dtype.kind == "f":
+        return (d, factor)
+    return d * factor
+
+
+PENDING_PRODUCTS = True
 
 #: terms a sum may hold before they are merged into one matrix
 MAX_TERMS = 16
@@ -361,7 +386,7 @@ def scale(J, factor):
     if not _is_vector(factor):
         terms = tuple((s * factor, d, M) for s, d, M in J.terms)
     else:
-        terms = tuple((s, factor if d is None else d * factor, M) for s, d, M in J.terms)
+        terms = tuple((s, _times(d, factor), M) for s, d, M in J.terms)
     result = Jacobian(J.seed, J.n_rows, terms=terms)
     result._zero = False  # the same matrices as J, which is not zero
     return result
@@ -382,7 +407,7 @@ def _combine(first, second):
         return (s + s2, None, M)
     if s == s2 and s != 0:
         # s (d + d2): one pass (sums of stencil terms share s, a grid factor)
-        return (s, (1 if d is None else d) + (1 if d2 is None else d2), M)
+        return (s, (1 if d is None else _vector(d)) + (1 if d2 is None else _vector(d2)), M)
     return (1, _factor(s, d) + _factor(s2, d2), M)
 
 
@@ -441,7 +466,9 @@ def _merge(J, index_dtype=None):
                 indptr, indices, data = M.indptr, M.indices, M.data
             if seed.pattern_only:
                 parts.append((indptr, indices, data, None, first_row))
-            elif d is not None and _scalar_keeps_dtype(s, d):
+                continue
+            # (a pending pair (d, c): the kernel forms (d * c) * s as it writes)
+            if d is not None and _scalar_keeps_dtype(s, d[0] if type(d) is tuple else d):
                 # s * diag(d): the kernel multiplies as it writes (no product array)
                 parts.append((indptr, indices, data, d, first_row, s))
             else:
@@ -638,6 +665,7 @@ def take_rows(J, rows, key=None, may_be_empty=True):
     terms = []
     for s, d, M in J.terms:
         if d is not None:
+            d = _vector(d)
             d = rows.pick(d) if n else d[:0]
         terms.append((s, d, _gather(J.seed, M, rows, key)))
     return Jacobian(J.seed, n, terms=terms)
@@ -753,7 +781,7 @@ def conj(J):
     for s, d, M in J.terms:
         if M is not None and M.data is not None and np.iscomplexobj(M.data):
             M = CSR(M.shape, M.indptr, M.indices, np.conj(M.data))
-        terms.append((np.conj(s), None if d is None else np.conj(d), M))
+        terms.append((np.conj(s), None if d is None else np.conj(_vector(d)), M))
     return Jacobian(J.seed, J.n_rows, terms=terms)
 
 

@@ -67,6 +67,18 @@ def test_residual_on_arrays_and_forward_values(problem):
     assert np.array_equal(pattern.indices, J.indices)
 
 
+def test_pending_products_reach_the_merge_unchanged(problem, monkeypatch):
+    # row factors scaled by vectors stay pairs (d, c) that the merge kernel
+    # multiplies (shallow water's (...) / eta): bit for bit the eager products
+    from sparsegrad import _jacobian
+    residual, x0 = problem.setup(TINY[problem.key])
+    pending = residual(forward.seed(x0)).dvalue
+    monkeypatch.setattr(_jacobian, "PENDING_PRODUCTS", False)
+    eager = residual(forward.seed(x0)).dvalue
+    for name in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(pending, name), getattr(eager, name))
+
+
 def test_shallow_water_nonzeros():
     # 32 nonzeros per 3 rows: deta 8, du 12, dv 12
     residual, x0 = problems.get("sw").setup(6)

@@ -511,18 +511,34 @@ def _factor_terms(rng, n_rows, n_cols, dtype):
     return terms
 
 
+def _second_scale(rng, scale, how):
+    """A second row scale for ``scale``: same dtype, strided, or float64."""
+    c = rng.standard_normal(2 * len(scale))
+    if how == "strided":
+        return c.astype(scale.dtype)[::2]
+    return c[:len(scale)].astype(np.float64 if how == "float64" else scale.dtype)
+
+
+@pytest.mark.parametrize("pairs", [None, "same", "strided", "float64"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
-def test_merge_scaled_factor_equals_the_product(kernels, rng, dtype):
+def test_merge_scaled_factor_equals_the_product(kernels, rng, dtype, pairs):
     # a 6-tuple's factor multiplies the row scale as numpy's ``scale * factor``
-    # (Python float semantics): bit for bit the 5-tuple with that product
+    # (Python float semantics), after a pair (d, c) of row scales is multiplied
+    # as numpy's d * c: bit for bit the 5-tuple with those products
     for n_rows, n_cols in [(40, 40), (300, 600), (9, 3)]:
         terms = _factor_terms(rng, n_rows, n_cols, dtype)
-        products = [t[:3] + (t[3] * float(t[5]), t[4]) for t in terms]
-        assert products[0][3].dtype == np.dtype(dtype)
+        if pairs:
+            terms = [t[:3] + ((t[3], _second_scale(rng, t[3], pairs)),) + t[4:]
+                     if k % 3 else t for k, t in enumerate(terms)]
+        products = [t[:3] + (_product(t[3]) * float(t[5]), t[4]) for t in terms]
         actual = call(kernels.merge_scaled, n_rows, n_cols, terms)
         expected = call(kernels.merge_scaled, n_rows, n_cols, products)
         assert_same_result(actual, expected)
         check_canonical(actual, (n_rows, n_cols))
+
+
+def _product(scale):
+    return scale[0] * scale[1] if isinstance(scale, tuple) else scale
 
 
 def test_merge_scaled_factor_needs_a_real_number_and_a_row_scale(kernels):
@@ -533,6 +549,10 @@ def test_merge_scaled_factor_needs_a_real_number_and_a_row_scale(kernels):
         kernels.merge_scaled(1, 2, [one + (None, 0, 2.0)])
     result = kernels.merge_scaled(1, 2, [one + (None, 0, 1.0)])   # 1: no factor at all
     np.testing.assert_array_equal(result[2], [1.0])
+    with pytest.raises(ValueError, match="pair is two 1-d arrays"):
+        kernels.merge_scaled(1, 2, [one + ((np.ones(1),), 0)])
+    result = kernels.merge_scaled(1, 2, [one + ((np.full(1, 3.0), np.full(1, 0.5)), 0, -2)])
+    np.testing.assert_array_equal(result[2], [-3.0])
 
 
 @pytest.mark.parametrize("pattern_only", [False, True])

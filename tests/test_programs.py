@@ -410,3 +410,23 @@ def test_random_program_with_merges_in_threads(program):
     assert got.indices.tolist() == expected.indices.tolist()
     assert_array_equal(got.data, expected.data)
     assert got_pattern == expected_pattern
+
+
+@settings(**SETTINGS)
+@given(programs())
+def test_random_program_with_pending_products_equals_eager_products(program):
+    """Row factors scaled by vectors stay pairs (d, c) until read
+    (sparsegrad._jacobian._times): bit for bit the Jacobian of products formed
+    at once."""
+    from sparsegrad import _jacobian
+    x0 = program.x0
+    assert _jacobian.PENDING_PRODUCTS
+    got = sp.csr_matrix(program(forward.seed(x0)).dvalue)
+    _jacobian.PENDING_PRODUCTS = False
+    try:
+        expected = sp.csr_matrix(program(forward.seed(x0)).dvalue)
+    finally:
+        _jacobian.PENDING_PRODUCTS = True
+    assert got.indptr.tolist() == expected.indptr.tolist()
+    assert got.indices.tolist() == expected.indices.tolist()
+    assert_array_equal(got.data, expected.data)

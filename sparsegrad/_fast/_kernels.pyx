@@ -420,6 +420,7 @@ cdef struct Term:
     const void* data          # NULL: all ones
     const void* scale         # NULL: no row scaling
     int64_t scale_step        # scale of row i: scale[i * scale_step] (0: broadcast)
+    const void* scale2        # NULL, or a second row scale (same step as scale; real kinds)
     double factor             # real scalar times the row scale (1: none; real kinds only)
     int64_t nnz
     int mode                  # ONES, DATA, SCALE, DATA_SCALE or ONES_SCALE
@@ -648,29 +649,35 @@ ctypedef fused formula_t:
 
 cdef inline data_t _formula_value(formula_t* tag, const data_t* dp, const data_t* sp,
                                   int64_t p, int64_t r, int64_t step,
-                                  double fac) noexcept nogil:
+                                  const data_t* s2p, double fac) noexcept nogil:
     """Value of entry ``p`` (local row ``r``) of a term by the tag's formula
-    (``fac``: the term's factor, see :func:`_scaled`)."""
+    (``s2p``, ``fac``: the term's second row scale and factor, see
+    :func:`_row_scale`)."""
     cdef data_t one = 1
     if formula_t is DataTag:
         return dp[p]
     elif formula_t is ScaleTag:
-        return _scaled(sp[r * step], fac)
+        return _row_scale(sp, s2p, r * step, fac)
     elif formula_t is DataScaleTag:
-        return _mul(dp[p], _scaled(sp[r * step], fac))
+        return _mul(dp[p], _row_scale(sp, s2p, r * step, fac))
     elif formula_t is OnesScaleTag:
         return _mul(one, sp[r * step])
     else:
         return one
 
 
-cdef inline data_t _scaled(data_t scale, double fac) noexcept nogil:
-    """A row scale times the term's real factor, rounded as numpy's ``scale * fac``
-    (the wrapper gives a factor other than 1 to real kinds only, where
-    ``x * 1 == x`` exactly)."""
+cdef inline data_t _row_scale(const data_t* sp, const data_t* s2p, int64_t j,
+                             double fac) noexcept nogil:
+    """Entry ``j`` of a term's row scale, times its second row scale (``s2p`` not
+    NULL) and then its real factor, rounded as numpy's ``(scale * scale2) * fac``
+    (the wrapper gives a second scale or a factor other than 1 to real kinds
+    only, where ``x * 1 == x`` exactly)."""
+    cdef data_t v = sp[j]
     if data_t is float or data_t is double:
-        return scale * <data_t>fac
-    return scale
+        if s2p != NULL:
+            v = v * s2p[j]
+        return v * <data_t>fac
+    return v
 
 
 @cython.boundscheck(False)
@@ -682,10 +689,12 @@ cdef inline data_t _term_value(const Term* t, int64_t p, int64_t i, data_t one) 
     if mode == DATA:
         return (<const data_t*>t.data)[p]
     if mode == SCALE:
-        return _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor)
+        return _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2, i * t.scale_step,
+                          t.factor)
     if mode == DATA_SCALE:
         return _mul((<const data_t*>t.data)[p],
-                    _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor))
+                    _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2,
+                               i * t.scale_step, t.factor))
     if mode == ONES_SCALE:
         return _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
     return one
@@ -750,7 +759,8 @@ cdef inline int64_t _window_row(int64_t i, Py_ssize_t n_terms, const Term* terms
         d = <const data_t*>t.data
         sc = one
         if mode == SCALE or mode == DATA_SCALE:
-            sc = _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor)
+            sc = _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2, i * t.scale_step,
+                            t.factor)
         elif mode == ONES_SCALE:
             sc = _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
         # (one loop per value formula: the formula is fixed within a term)
@@ -858,7 +868,8 @@ cdef inline uint64_t _gather_run(const Term* t, int64_t lo, int64_t n, int64_t i
                 vals[m + p] = d[p]
         elif t.mode == DATA_SCALE:
             d = <const data_t*>t.data + lo
-            sc = _scaled((<const data_t*>t.scale)[i * t.scale_step], t.factor)
+            sc = _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2, i * t.scale_step,
+                            t.factor)
             for p in range(n):
                 vals[m + p] = _mul(d[p], sc)
         else:
@@ -1114,8 +1125,8 @@ cdef inline int _sel_gather_term(formula_t* tag, int64_t n, const int64_t* ip,
                                  const int64_t* ix, int64_t* cursor, int64_t nnz_t,
                                  uint64_t ncols, uint64_t* kp, data_t* vp,
                                  Py_ssize_t n_terms, Py_ssize_t k, const data_t* dp,
-                                 const data_t* sp, int64_t step, double fac, bint holes,
-                                 uint64_t* bad) noexcept nogil:
+                                 const data_t* sp, int64_t step, const data_t* s2p,
+                                 double fac, bint holes, uint64_t* bad) noexcept nogil:
     """The rows of one term for :func:`_sel_gather`: 1 if some row holds more
     than one entry or an indptr step is invalid, else 0 (``cursor`` moved).
     ``holes``: a column of -1 is an empty row."""
@@ -1132,7 +1143,7 @@ cdef inline int _sel_gather_term(formula_t* tag, int64_t n, const int64_t* ip,
             seen_bad |= c >= ncols
             kp[r * n_terms] = (c << KEY_SHIFT) | <uint64_t>k
             if formula_t is not PatternTag:
-                vp[r * n_terms] = _formula_value(tag, dp, sp, lo, r, step, fac)
+                vp[r * n_terms] = _formula_value(tag, dp, sp, lo, r, step, s2p, fac)
         else:
             kp[r * n_terms] = empty | <uint64_t>k
             if formula_t is not PatternTag:
@@ -1163,6 +1174,7 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
     cdef const int64_t* ix
     cdef const data_t* dp
     cdef const data_t* sp
+    cdef const data_t* s2p
     cdef uint64_t* kp
     cdef data_t* vp
     cdef int mode, rc
@@ -1177,26 +1189,27 @@ cdef int _sel_gather(MergeState* st, int64_t r0, int64_t n, Py_ssize_t n_terms,
         mode = t.mode
         dp = <const data_t*>t.data
         sp = (<const data_t*>t.scale) + r0 * t.scale_step if t.scale != NULL else NULL
+        s2p = (<const data_t*>t.scale2) + r0 * t.scale_step if t.scale2 != NULL else NULL
         step = t.scale_step
         _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
         if not values:
             rc = _sel_gather_term(<PatternTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, s2p, t.factor, t.holes, &bad)
         elif mode == ONES:
             rc = _sel_gather_term(<OnesTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, s2p, t.factor, t.holes, &bad)
         elif mode == DATA:
             rc = _sel_gather_term(<DataTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, s2p, t.factor, t.holes, &bad)
         elif mode == SCALE:
             rc = _sel_gather_term(<ScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, s2p, t.factor, t.holes, &bad)
         elif mode == DATA_SCALE:
             rc = _sel_gather_term(<DataScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, s2p, t.factor, t.holes, &bad)
         else:
             rc = _sel_gather_term(<OnesScaleTag*>NULL, n, ip, ix, &lo, nnz_t, ncols, kp, vp,
-                                  n_terms, k, dp, sp, step, t.factor, t.holes, &bad)
+                                  n_terms, k, dp, sp, step, s2p, t.factor, t.holes, &bad)
         if rc:
             return 1
         st.los[k] = lo
@@ -1323,8 +1336,8 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, bint 
                                  const int64_t* ip, const int64_t* ix, int64_t lo,
                                  uint64_t ncols, const oindex_t* prev, int64_t pc,
                                  oindex_t* oi, data_t* od, int64_t c, const data_t* dp,
-                                 const data_t* sp, int64_t step, double fac, uint64_t* bad,
-                                 uint64_t* disorder) noexcept nogil:
+                                 const data_t* sp, int64_t step, const data_t* s2p,
+                                 double fac, uint64_t* bad, uint64_t* disorder) noexcept nogil:
     """One term's rows for :func:`_direct_block`; returns the rows that follow
     the template.  The first term of a place writes it (and notes a column
     not above the previous place's in ``disorder``); the others check the
@@ -1346,7 +1359,7 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, bint 
             seen_disorder |= col <= prev[r * pc]
             oi[r * c] = <oindex_t>col
             if formula_t is not PatternTag:
-                od[r * c] = _formula_value(tag, dp, sp, lo + r, r, step, fac)
+                od[r * c] = _formula_value(tag, dp, sp, lo + r, r, step, s2p, fac)
     else:
         for r in range(limit):
             if not checked and ip[r] != lo + 1 + r:
@@ -1361,7 +1374,7 @@ cdef inline int64_t _direct_term(formula_t* tag, bint first, bint checked, bint 
                 limit = r
                 break
             if formula_t is not PatternTag:
-                od[r * c] = od[r * c] + _formula_value(tag, dp, sp, lo + r, r, step, fac)
+                od[r * c] = od[r * c] + _formula_value(tag, dp, sp, lo + r, r, step, s2p, fac)
     bad[0] |= seen_bad
     disorder[0] |= seen_disorder
     return limit
@@ -1399,6 +1412,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
     cdef const int64_t* ix
     cdef const data_t* dp
     cdef const data_t* sp
+    cdef const data_t* s2p
     cdef oindex_t* oi
     cdef data_t* od
     cdef data_t v, one = 1
@@ -1426,6 +1440,7 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
         mode = t.mode
         dp = <const data_t*>t.data
         sp = (<const data_t*>t.scale) + r0 * t.scale_step if t.scale != NULL else NULL
+        s2p = (<const data_t*>t.scale2) + r0 * t.scale_step if t.scale2 != NULL else NULL
         step = t.scale_step
         _prefetch_next(t, r0 + n, lo + n, n, values, sizeof(data_t))
         if limit > nnz_t - lo:
@@ -1441,22 +1456,22 @@ cdef int64_t _direct_block(MergeState* st, int64_t r0, int64_t n, int64_t n_cols
         # of the loop)
         if not values:
             limit = _direct_term(<PatternTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, s2p, t.factor, &bad, &disorder)
         elif mode == ONES:
             limit = _direct_term(<OnesTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, s2p, t.factor, &bad, &disorder)
         elif mode == DATA:
             limit = _direct_term(<DataTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, s2p, t.factor, &bad, &disorder)
         elif mode == SCALE:
             limit = _direct_term(<ScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, s2p, t.factor, &bad, &disorder)
         elif mode == DATA_SCALE:
             limit = _direct_term(<DataScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, s2p, t.factor, &bad, &disorder)
         else:
             limit = _direct_term(<OnesScaleTag*>NULL, first, checked, t.holes, limit, ip, ix, lo, ncols,
-                                 prev, pc, oi, od, c, dp, sp, step, t.factor, &bad, &disorder)
+                                 prev, pc, oi, od, c, dp, sp, step, s2p, t.factor, &bad, &disorder)
     if bad:
         return -1
     # the places of each row must hold increasing columns (looked at only
@@ -1612,6 +1627,8 @@ cdef int64_t _merge_loop(int64_t n_rows, int64_t n_cols, Py_ssize_t n_terms,
             active[j].indptr = terms[k].indptr + off
             if terms[k].scale != NULL:
                 active[j].scale = (<const data_t*>terms[k].scale) + off * terms[k].scale_step
+            if terms[k].scale2 != NULL:
+                active[j].scale2 = (<const data_t*>terms[k].scale2) + off * terms[k].scale_step
             st.his[j] = cursors[k]
         st.row_base = a
         st.try_window = True
@@ -2207,13 +2224,26 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                 or ip[m] != nnz_k):
             _check_indptr_ends(indptr, m, nnz_k, "merge_scaled term %d" % k)
         total += nnz_k
+        scale2 = None
+        if isinstance(scale, tuple):
+            scale, scale2 = _reference._scale_pair(scale)
         if values:
             if data is not None and not _is_values(data, nnz_k):
                 data = _as_values(data, nnz_k, "merge_scaled term %d data" % k)
             if scale is not None and not _is_values(scale, m):
                 scale = _as_values(scale, m, "merge_scaled term %d row_scale" % k)
-            if factor != 1.0 and (_array_kind(scale) not in (F32, F64)
-                                  or scale.strides[0] == 0):
+            if scale2 is not None:
+                if not _is_values(scale2, m):
+                    scale2 = _as_values(scale2, m, "merge_scaled term %d row_scale" % k)
+                if not (_array_kind(scale) in (F32, F64)
+                        and _array_kind(scale2) == _array_kind(scale)
+                        and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>scale)
+                        and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>scale2)):
+                    # (other dtypes, strided scales: the product as numpy forms it)
+                    scale = scale * scale2
+                    scale2 = None
+            if factor != 1.0 and scale2 is None and (_array_kind(scale) not in (F32, F64)
+                                                     or scale.strides[0] == 0):
                 # (complex, other dtypes, broadcast scalars: the product as numpy
                 # forms it, here once)
                 scale = scale * factor
@@ -2226,8 +2256,8 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             known = known and tk >= 0
             kinds.append(tk)
         else:
-            data = scale = None
-        prepared.append([indptr, indices, data, scale, first, m, holes, factor])
+            data = scale = scale2 = None
+        prepared.append([indptr, indices, data, scale, first, m, holes, factor, scale2])
     bound = min(<object>total, <object>nr * <object>nc)
     if index_dtype is not None:
         int32 = _reference._check_index_dtype(index_dtype, bound, nc) == np.int32
@@ -2250,7 +2280,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             if kind < 0:
                 _validate_terms(prepared, nc)
                 return _reference.merge_scaled(
-                    nr, nc, [(None if t[6] else t[0],) + tuple(t[1:5]) + (t[7],)
+                    nr, nc, [(None if t[6] else t[0], t[1], t[2], _joined_scale(t), t[4], t[7])
                          for t in prepared],
                     pattern_only, index_dtype)
             narrow = [dt != out_dtype for dt in dtypes]
@@ -2258,6 +2288,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             indptr, indices, data, scale = prepared[k][:4]
             if scale is not None and narrow[k]:
                 # a product rounded in a narrower dtype than the result's
+                scale = _joined_scale(prepared[k])
                 if prepared[k][7] != 1.0:
                     scale = scale * prepared[k][7]
                     prepared[k][7] = 1.0
@@ -2271,6 +2302,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                                           and scale.strides[0] % scale.itemsize == 0):
                 # (a scale of the right dtype is read with its stride: a
                 # broadcast scalar, stride 0, is not copied)
+                scale = _joined_scale(prepared[k])
                 if prepared[k][7] != 1.0:  # (the factor in the scale's own dtype)
                     scale = scale * prepared[k][7]
                     prepared[k][7] = 1.0
@@ -2322,6 +2354,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             ts[k].scale = _ptr(prepared[k][3])
             ts[k].scale_step = 0
             ts[k].factor = prepared[k][7]
+            ts[k].scale2 = _ptr(prepared[k][8])
             if prepared[k][3] is not None:
                 ts[k].scale_step = prepared[k][3].strides[0] // prepared[k][3].itemsize
             ts[k].nnz = prepared[k][1].shape[0]
@@ -2476,6 +2509,16 @@ cdef list _balanced_splits(list prepared, int64_t nr, Py_ssize_t n_parts, int64_
         splits.append(lo)
         last = lo
     return splits
+
+
+def _joined_scale(prepared_term):
+    """A prepared term's row scale with its second scale multiplied in (numpy's
+    product), which it then no longer has."""
+    scale, scale2 = prepared_term[3], prepared_term[8]
+    if scale2 is not None:
+        scale = scale * scale2
+        prepared_term[8] = None
+    return scale
 
 
 cdef int _term_mode(data, scale, int kind):

@@ -210,10 +210,19 @@ def _real_factor(factor, row_scale):
     return factor
 
 
+def _scale_pair(pair):
+    """The two vectors of a row scale given as a pair ``(scale, scale2)``."""
+    if len(pair) != 2 or any(v is None or np.ndim(v) != 1 for v in pair):
+        raise ValueError("merge_scaled: a row_scale pair is two 1-d arrays, got %r"
+                         % (pair,))
+    return pair
+
+
 def _merge_term(term, n_rows):
     """``(indptr, indices, data, row_scale, first_row, m)`` of a merge term given
-    as a 4-tuple (``first_row`` 0, ``m == n_rows``), a 5-tuple or a 6-tuple
-    (``row_scale`` times the factor, as numpy forms it)."""
+    as a 4-tuple (``first_row`` 0, ``m == n_rows``), a 5-tuple or a 6-tuple,
+    its row scale formed as numpy forms ``(d * c) * factor``."""
+    factor = 1.0
     if len(term) == 4:
         indptr, indices, data, scale = term
         first_row = 0
@@ -223,14 +232,17 @@ def _merge_term(term, n_rows):
         first_row = operator.index(first_row)
         if len(term) == 6:
             factor = _real_factor(term[5], scale)
-            if factor != 1.0:
-                scale = scale * factor
         m = len(indices) if indptr is None else len(indptr) - 1
         if m < 0:
             raise ValueError("merge_scaled: a term's indptr must have at least one entry")
     else:
         raise ValueError("merge_scaled: a term is (indptr, indices, data, row_scale"
                          "[, first_row[, factor]]), got a tuple of %d items" % len(term))
+    if isinstance(scale, tuple):
+        scale, scale2 = _scale_pair(scale)
+        scale = scale * scale2
+    if factor != 1.0:
+        scale = scale * factor
     if indptr is None:  # a selection given by its columns
         if data is not None:
             raise ValueError("merge_scaled: a selection term (indptr None) has no data")
@@ -283,6 +295,10 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         summed.  A 6-tuple's ``factor``, a real number, multiplies the
         row scale as ``row_scale * factor`` does with a Python float (in the
         row scale's dtype): terms ``s * diag(d) * M`` need no product array.
+        ``row_scale`` may also be a pair of vectors of
+        one length, ``(d, c)``: the row scale is then ``d * c`` (formed
+        before the factor), and ``s * diag(c) * diag(d) * M`` needs no
+        product array either.
     pattern_only : bool
         Compute only the union pattern; data of the result is ``None``.
     index_dtype : None, numpy.int64 or numpy.int32
