@@ -891,7 +891,7 @@ cdef enum:
     SEL_MAX_TERMS = 128          # more terms than this: the general rows
     SEL_MAX_SKIP = 64            # blocks skipped after a failed try, at most
     SEL_FIX_ROWS = 4             # rows by keys after a row that breaks the template
-    DIRECT_BLOCK_ENTRIES = 1024  # entries per block of the direct path (about)
+    DIRECT_BLOCK_ENTRIES = 512   # entries per block of the direct path (about)
 
 # the key column of an empty term row: above every valid column
 cdef uint64_t SEL_EMPTY_COL = ((<uint64_t>1) << (64 - KEY_SHIFT)) - 1
