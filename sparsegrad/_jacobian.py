@@ -374,7 +374,9 @@ def scale(J, factor):
     """``diag(factor) @ J``; ``factor`` is a scalar or a vector with one entry per row."""
     if J.seed.pattern_only or J.is_zero:
         return J
-    if _is_vector(factor) or isinstance(factor, (list, tuple)):
+    if type(factor) is np.ndarray and factor.ndim == 1:
+        pass  # (the common case: a partial derivative of one row per element)
+    elif _is_vector(factor) or isinstance(factor, (list, tuple)):
         factor = _backend.asarray(factor).reshape(-1)
     elif factor == 1:
         return J

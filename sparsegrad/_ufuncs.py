@@ -7,6 +7,8 @@
 array([[0., 0.],
        [0., 1.]])
 """
+import contextlib
+
 import numpy as np
 import scipy.sparse
 
@@ -125,7 +127,11 @@ def _differentiate(ufunc, forwards, values, out, constants):
     if forwards[0][1]._jacobian.seed.pattern_only:
         return _pattern_union(forwards, out)
     terms = []
-    with np.errstate(all="ignore"):  # numpy already warned about the value
+    # numpy already warned about the value; numbers as partials (add, subtract)
+    # only scale by scalars, where nothing can warn
+    quiet = _NUMBERS_ONLY if all(not callable(partials[i]) for i, _ in forwards) \
+        else np.errstate(all="ignore")
+    with quiet:
         for i, x in forwards:
             partial = partials[i]
             if callable(partial):
@@ -140,6 +146,9 @@ def _differentiate(ufunc, forwards, values, out, constants):
                 partial = partial[()] if isinstance(partial, np.ndarray) else partial
             terms.append(jac.scale(broadcast_jacobian(x, out.shape), partial))
     return make(out, jac.add(terms))
+
+
+_NUMBERS_ONLY = contextlib.nullcontext()
 
 
 def _pattern_union(forwards, out):
