@@ -409,8 +409,20 @@ def _combine(first, second):
         return (s + s2, None, M)
     if s == s2 and s != 0:
         # s (d + d2): one pass (sums of stencil terms share s, a grid factor)
-        return (s, (1 if d is None else _vector(d)) + (1 if d2 is None else _vector(d2)), M)
+        return (s, _sum_of_factors(d, d2), M)
     return (1, _factor(s, d) + _factor(s2, d2), M)
+
+
+def _sum_of_factors(d, d2):
+    """``d + d2`` of two row factors (``None``: ones), a pending pair of either
+    multiplied and added in one pass."""
+    if type(d2) is tuple and type(d) is not tuple:
+        d, d2 = d2, d
+    if type(d) is tuple and d2 is not None and type(d2) is not tuple \
+            and d2.dtype == d[0].dtype:
+        # (a + b is b + a exactly: the order of the operands is free)
+        return _backend.of(d2).kernels.multiply_add(d[0], d[1], d2)
+    return (1 if d is None else _vector(d)) + (1 if d2 is None else _vector(d2))
 
 
 def add(terms):
@@ -582,6 +594,11 @@ class _Rows:
             return True
         return False
 
+    def gathers_by_index(self):
+        """Whether :meth:`pick` gathers by an index array (not by strides, where a
+        strided copy of a product costs less than a gather)."""
+        return self._view is None
+
     def pick(self, v):
         """``v[rows]`` as a 1-d array (a view when the rows are a contiguous run)."""
         backend = _backend.of(v)
@@ -666,7 +683,11 @@ def take_rows(J, rows, key=None, may_be_empty=True):
         J._single()  # dense-ish terms: one gather of the merged matrix is cheaper
     terms = []
     for s, d, M in J.terms:
-        if d is not None:
+        if type(d) is tuple and n and rows.gathers_by_index():
+            # (a pending pair gathered and multiplied in one pass)
+            backend = _backend.of(d[0])
+            d = backend.kernels.take_product(d[0], d[1], rows.flat_on(backend))
+        elif d is not None:
             d = _vector(d)
             d = rows.pick(d) if n else d[:0]
         terms.append((s, d, _gather(J.seed, M, rows, key)))

@@ -21,7 +21,7 @@ from test_kernels import (I64, _random_block_terms, _random_terms, assert_same_r
                           random_csr)
 
 KERNELS = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr"]
+           "selection_csr", "multiply_add", "take_product"]
 #: a block of no rows: the device's way of merging no terms
 EMPTY_BLOCK = (np.zeros(1, I64), np.zeros(0, I64), None, None, 0)
 DTYPE_SETS = [[None, np.float64], [None, np.float32, np.float64],
@@ -88,6 +88,10 @@ def random_cases(rng, dtypes, count):
                                  rng.integers(0, n_cols, n), values), {}
         columns = rng.integers(-1, max(n_cols, 1), n_rows)
         yield "selection_csr", (columns,), {}
+        dtype = dtypes[-1]
+        a, b, c = (rng.standard_normal(n_rows).astype(dtype) for _ in range(3))
+        yield "multiply_add", (a, b, c), {}
+        yield "take_product", (a, b, rows), {}
 
 
 # ---------------------------------------------------------------------------

@@ -1275,3 +1275,37 @@ def test_compiled_merge_in_parts_rejects_bad_indptr_at_a_split(compiled):
         terms = [_shifted_selection(n, 3), (indptr, np.arange(n, dtype=I64), None, None)]
         with pytest.raises(ValueError, match="term 1"):
             compiled.merge_scaled(n, n, terms)
+
+
+# ---------------------------------------------------------------------------
+# multiply_add, take_product: pending row factors (a, b) in one pass
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, "mixed"])
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+def test_multiply_add_rounds_as_numpy(kernels, rng, dtype, n):
+    dtypes = [np.float32, np.float64, np.float64] if dtype == "mixed" else [dtype] * 3
+    a, b, c = (rng.standard_normal(n).astype(t) * 10.0 ** rng.integers(-3, 4, n)
+               for t in dtypes)
+    expected = a * b + c
+    got = call(kernels.multiply_add, a, b, c)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+    strided = np.repeat(a, 2)[::2]          # (not contiguous: numpy's own product)
+    np.testing.assert_array_equal(kernels.multiply_add(strided, b, c), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, "mixed"])
+def test_take_product_rounds_and_indexes_as_numpy(kernels, rng, dtype):
+    m = 50
+    a = rng.standard_normal(m).astype(np.float32 if dtype == "mixed" else dtype)
+    b = rng.standard_normal(m).astype(np.float64 if dtype == "mixed" else dtype)
+    for rows in (rng.integers(-m, m, 200), np.zeros(0, I64), np.arange(m)[::-1].copy()):
+        rows = rows.astype(I64)
+        expected = (a * b)[rows]
+        got = call(kernels.take_product, a, b, rows)
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+    for bad in (m, -m - 1):
+        with pytest.raises(IndexError, match="out of bounds"):
+            kernels.take_product(a, b, np.array([0, bad], dtype=I64))

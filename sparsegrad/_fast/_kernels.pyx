@@ -110,7 +110,7 @@ cdef enum:
 INDEX_DTYPE = np.int64
 
 __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr"]
+           "selection_csr", "multiply_add", "take_product"]
 
 # dtype codes of the compiled specialisations of data_t
 cdef enum:
@@ -2778,3 +2778,114 @@ def selection_csr(columns):
                          % (columns[-1 - k], -1 - k))
     return out_indptr, _trim(out_indices, k)
 
+
+
+ctypedef fused real_t:
+    float
+    double
+
+
+cdef inline bint _same_real_vectors(tuple arrays, Py_ssize_t n):
+    """Every array a C-contiguous, native float32 or float64 ndarray of length
+    ``n``, all of one dtype (the compiled loops' case)."""
+    cdef cnp.ndarray a
+    cdef int typenum = -1
+    for x in arrays:
+        if type(x) is not np.ndarray:
+            return False
+        a = <cnp.ndarray>x
+        if (cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_DIM(a, 0) != n
+                or not cnp.PyArray_ISCARRAY_RO(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
+            return False
+        if typenum == -1:
+            typenum = cnp.PyArray_TYPE(a)
+            if typenum != cnp.NPY_FLOAT64 and typenum != cnp.NPY_FLOAT32:
+                return False
+        elif cnp.PyArray_TYPE(a) != typenum:
+            return False
+    return True
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _multiply_add_loop(Py_ssize_t n, const real_t* a, const real_t* b, const real_t* c,
+                             real_t* out) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef real_t product
+    for i in range(n):
+        product = a[i] * b[i]  # (rounded before the sum: built without FMA contraction)
+        out[i] = product + c[i]
+
+
+def multiply_add(a, b, c):
+    """``a * b + c`` in one pass.
+
+    Contract of :func:`sparsegrad._fast._reference.multiply_add` (numpy's
+    rounding: the product, then the sum).  Other than 1-d C-contiguous
+    float32/float64 arrays of one dtype and length go to the reference.
+    """
+    cdef Py_ssize_t n = len(a)
+    if not _same_real_vectors((a, b, c), n):
+        return _reference.multiply_add(a, b, c)
+    out = np.empty(n, dtype=a.dtype)
+    cdef void* pa = _ptr(a)
+    cdef void* pb = _ptr(b)
+    cdef void* pc = _ptr(c)
+    cdef void* po = _ptr(out)
+    with nogil:
+        if cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64:
+            _multiply_add_loop[double](n, <const double*>pa, <const double*>pb,
+                                       <const double*>pc, <double*>po)
+        else:
+            _multiply_add_loop[float](n, <const float*>pa, <const float*>pb,
+                                      <const float*>pc, <float*>po)
+    return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _take_product_loop(Py_ssize_t n, Py_ssize_t m, const real_t* a,
+                                const real_t* b, const int64_t* rows,
+                                real_t* out) noexcept nogil:
+    """Returns -1, or the first position whose row is out of range."""
+    cdef Py_ssize_t i
+    cdef int64_t r
+    for i in range(n):
+        r = rows[i]
+        if r < 0:
+            r += m
+        if <uint64_t>r >= <uint64_t>m:
+            return i
+        out[i] = a[r] * b[r]
+    return -1
+
+
+def take_product(a, b, rows):
+    """``(a * b)[rows]`` in one pass over ``rows``.
+
+    Contract of :func:`sparsegrad._fast._reference.take_product` (numpy's
+    indexing: negative rows from the end, ``IndexError`` out of range).  Other
+    than 1-d C-contiguous float32/float64 arrays of one dtype and int64 rows
+    go to the reference.
+    """
+    cdef Py_ssize_t m = len(a)
+    if not (_same_real_vectors((a, b), m) and _is_index_array(rows)):
+        return _reference.take_product(a, b, rows)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>rows, 0)
+    out = np.empty(n, dtype=a.dtype)
+    cdef void* pa = _ptr(a)
+    cdef void* pb = _ptr(b)
+    cdef const int64_t* pr = <const int64_t*>_ptr(rows)
+    cdef void* po = _ptr(out)
+    cdef int64_t bad
+    with nogil:
+        if cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64:
+            bad = _take_product_loop[double](n, m, <const double*>pa, <const double*>pb, pr,
+                                             <double*>po)
+        else:
+            bad = _take_product_loop[float](n, m, <const float*>pa, <const float*>pb, pr,
+                                            <float*>po)
+    if bad >= 0:
+        raise IndexError("index %d is out of bounds for axis 0 with size %d"
+                         % (rows[bad], m))
+    return out

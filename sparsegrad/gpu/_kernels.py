@@ -1,11 +1,12 @@
 """The kernel interface of ``sparsegrad._fast`` for device arrays (CuPy).
 
-The same six functions as :mod:`sparsegrad._fast._reference`, with the same
+The same functions as :mod:`sparsegrad._fast._reference`, with the same
 signatures and contract (read that module): ``merge_scaled``,
-``gather_rows``, ``matmul``, ``scale_rows``, ``coo_to_csr`` and
-``selection_csr``.  They are the reference kernels themselves, which take the
-array module from their arguments, so CuPy arrays in give CuPy arrays out and
-there is one implementation of the logic.  Where a CuPy profile shows a
+``gather_rows``, ``matmul``, ``scale_rows``, ``coo_to_csr``,
+``selection_csr``, ``multiply_add`` and ``take_product``.  They are the
+reference kernels themselves, which take the array module from their
+arguments, so CuPy arrays in give CuPy arrays out and there is one
+implementation of the logic.  Where a CuPy profile shows a
 kernel or a step of one to dominate (the per-rank passes that sum duplicates
 in input order, the ``searchsorted`` that replaces ``repeat``), a CuPy
 RawKernel can replace that function here, tested against the reference like
@@ -20,7 +21,8 @@ including the fake device of :mod:`sparsegrad.gpu._device` on the CPU.
 ('DeviceArray', [2, 0])
 """
 from .._fast import _reference
-from .._fast._reference import coo_to_csr, matmul, merge_scaled, selection_csr
+from .._fast._reference import (coo_to_csr, matmul, merge_scaled, multiply_add,
+                                selection_csr, take_product)
 from . import _cuda
 
 
@@ -45,4 +47,4 @@ def gather_rows(indptr, indices, data, rows):
 
 
 __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr"]
+           "selection_csr", "multiply_add", "take_product"]
