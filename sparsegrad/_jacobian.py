@@ -484,7 +484,7 @@ def _merge(J, index_dtype=None):
             # (a pending pair (d, c): the kernel forms (d * c) * s as it writes)
             if d is not None and _scalar_keeps_dtype(s, d[0] if type(d) is tuple else d):
                 # s * diag(d): the kernel multiplies as it writes (no product array)
-                parts.append((indptr, indices, data, d, first_row, s))
+                parts.append((indptr, indices, data, d, first_row, float(s)))
             else:
                 factor = _factor(s, d)
                 row_scale = None if _is_one(factor) else xp.broadcast_to(

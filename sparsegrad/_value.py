@@ -360,8 +360,10 @@ def _rows_read(shape, key, xp):
     checked their bounds): a copy is cheaper than gathering the row numbers.
     """
     if (type(key) is np.ndarray and len(shape) == 1 and key.ndim == 1
-            and key.dtype == jac.INDEX_DTYPE and (key.size == 0 or key.min() >= 0)):
-        return key.copy()
+            and key.dtype == jac.INDEX_DTYPE):
+        rows = key.copy()  # (checked after the copy, in cache)
+        if rows.size == 0 or rows.min() >= 0:
+            return rows
     return row_index(shape, xp)[key]
 
 

@@ -2185,7 +2185,8 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         elif n_items == 6:
             indptr, indices, data, scale, first_row, factor = term
             first = operator.index(first_row)
-            factor = _reference._real_factor(factor, scale)
+            if type(factor) is not float or scale is None:
+                factor = _reference._real_factor(factor, scale)
         else:
             raise ValueError("merge_scaled: term %d is (indptr, indices, data, row_scale"
                              "[, first_row[, factor]]), got a tuple of %d items"
