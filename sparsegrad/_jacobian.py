@@ -195,8 +195,9 @@ class Jacobian:
     """A sum of row-scaled matrices, ``sum_k s_k * diag(d_k) @ M_k``.
 
     Each term is ``(s, d, matrix)``: a scalar ``s``, a vector ``d`` with one
-    entry per row or ``None`` (all ones), and ``matrix``, a shared :class:`CSR`
-    or ``None`` for the identity.  No two terms share a matrix object.  A
+    entry per row, ``None`` (all ones) or a pending product ``(d, c)`` of two
+    such vectors (read through :func:`_vector`), and ``matrix``, a shared
+    :class:`CSR` or ``None`` for the identity.  No two terms share a matrix object.  A
     single term is the factored form ``s * diag(d) * M`` (``scale``, ``diag``
     and ``matrix`` read it).  Multiplying by a scalar only touches ``s``, by a
     vector only ``d``; sums of terms with different matrices stay unmerged
@@ -339,6 +340,8 @@ def _times(d, factor):
     return d * factor
 
 
+#: vector scalings leave pending pairs (False: products at once, which the
+#: tests compare against bit for bit)
 PENDING_PRODUCTS = True
 
 #: terms a sum may hold before they are merged into one matrix
