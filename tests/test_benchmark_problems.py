@@ -67,11 +67,13 @@ def test_residual_on_arrays_and_forward_values(problem):
     assert np.array_equal(pattern.indices, J.indices)
 
 
-def test_pending_products_reach_the_merge_unchanged(problem, monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_pending_products_reach_the_merge_unchanged(problem, monkeypatch, dtype):
     # row factors scaled by vectors stay pairs (d, c) that the merge kernel
     # multiplies (shallow water's (...) / eta): bit for bit the eager products
     from sparsegrad import _jacobian
     residual, x0 = problem.setup(TINY[problem.key])
+    x0 = x0.astype(dtype)
     pending = residual(forward.seed(x0)).dvalue
     monkeypatch.setattr(_jacobian, "PENDING_PRODUCTS", False)
     eager = residual(forward.seed(x0)).dvalue
