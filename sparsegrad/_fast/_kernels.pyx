@@ -2138,8 +2138,12 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     a sequence of ``(indptr, indices, data, row_scale)`` (an ``n_rows`` x
     ``n_cols`` matrix) or ``(indptr, indices, data, row_scale, first_row)``
     (a matrix of ``len(indptr) - 1`` rows added from row ``first_row`` on;
-    it must fit in ``n_rows``); ``data`` and ``row_scale`` may be ``None``.
-    The result has the union pattern of the terms (structural zeros kept),
+    it must fit in ``n_rows``) or ``(..., first_row, factor)`` (the row scale
+    times a real number); ``data`` and ``row_scale`` may be ``None``, and
+    ``row_scale`` a pair of vectors ``(d, c)`` (their product).  Real row
+    scales are multiplied by the second vector and the factor as the entries
+    are written, rounded as numpy's ``(d * c) * factor``; other dtypes, and
+    strided pairs, are multiplied with numpy first.  The result has the union pattern of the terms (structural zeros kept),
     sorted columns, the dtype that numpy promotion of all data and scales
     gives, and ``index_dtype`` (``None``: int64, or int32) indices.
 
