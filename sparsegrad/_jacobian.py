@@ -383,6 +383,10 @@ def scale(J, factor):
         factor = _backend.asarray(factor).reshape(-1)
     elif factor == 1:
         return J
+    elif isinstance(factor, (int, np.integer)) and not isinstance(factor, bool):
+        # an integer partial (x * 2**62): the terms' scalars are floats, as the
+        # Jacobian's values are; an np.int64 scalar would wrap around
+        factor = float(factor)
     if J._blocks is not None:  # scale block by block: the stack stays unmerged
         return Jacobian.stacked(J.seed, [
             scale(block, factor[first:first + block.n_rows] if _is_vector(factor)

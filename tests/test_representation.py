@@ -491,3 +491,18 @@ def test_rows_from_basic_indexing_read_by_strides(shape, key):
     expected = (np.diag(v) @ (np.eye(n) + np.eye(n)[::-1]))[view.ravel()]
     assert_array_equal(_to_dense(jac.take_rows(J, view)), expected)
     assert_array_equal(_to_dense(jac.take_rows(J, view.copy())), expected)
+
+
+@pytest.mark.parametrize("program, factor", [
+    (lambda x: (x * 2 ** 62) * 4, 2.0 ** 64),
+    (lambda x: x * 2 ** 62 + x * 2 ** 62, 2.0 ** 63),
+    (lambda x: -(x * -2 ** 63), 2.0 ** 63),
+    (lambda x: (x * 3) * 2 ** 62 * 2 ** 62, 3 * 2.0 ** 124),
+    (lambda x: x * np.int64(2 ** 62) * np.int64(4), 2.0 ** 64),
+])
+def test_large_integer_factors_do_not_wrap_around(program, factor):
+    # integer partials become the terms' scalars: kept as floats, never int64
+    x0 = np.array([1.0, 2.0, 3.0])
+    y = program(forward.seed(x0))
+    assert_array_equal(y.value, program(x0))
+    assert_array_equal(y.dvalue.toarray(), factor * np.eye(3))
