@@ -70,6 +70,12 @@ def _call(ufunc, inputs, kwargs):
             return _differentiate(ufunc, *common)
     if kwargs:
         _refuse_keywords(rules.rule_name(ufunc), kwargs, _CALL_KEYWORDS)
+    if ufunc in (np.multiply, np.power) and any(isinstance(i, np.matrix) for i in inputs):
+        # (numpy hands x * M to np.matrix, a matrix product: an elementwise
+        # product here would silently differ from numpy's result)
+        raise unsupported(rules.rule_name(ufunc), "np.matrix operands (numpy's "
+                          "deprecated matrix class, whose * and ** are matrix "
+                          "operations); convert with np.asarray and use @")
     if ufunc is np.multiply and any(scipy.sparse.issparse(i) for i in inputs):
         return _sparse_times(inputs)
     category = rules.classify(ufunc)

@@ -965,3 +965,17 @@ def test_ufunc_cast_of_complex_to_real_with_a_complex_seed_is_refused():
         x = forward.seed(np.array([1.0, 2.0]))
         y = np.multiply(x * (1 + 2j), 2, dtype=float, casting="unsafe")
     np.testing.assert_array_equal(y.dvalue.toarray(), 2 * np.eye(2))
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_matrix_class_operands_of_products_are_refused():
+    # numpy gives x * M and x ** M of its np.matrix class matrix meanings: an
+    # elementwise result would silently differ from numpy's
+    x = forward.seed(np.ones((2, 2)))
+    M = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    for call in (lambda: x * M, lambda: M * x, lambda: np.multiply(x, M), lambda: x ** M):
+        with pytest.raises(TypeError, match="np.matrix"):
+            call()
+    # elementwise in numpy too: allowed, the same values
+    np.testing.assert_array_equal((x + M).value, np.asarray(np.ones((2, 2)) + M))
+    np.testing.assert_array_equal((M @ x).value, np.asarray(M @ np.ones((2, 2))))
