@@ -84,25 +84,30 @@ class CSR:
     reads them (:meth:`selection`).
     """
 
-    __slots__ = ("shape", "_indptr", "_indices", "data", "_finite", "gathers", "columns")
+    __slots__ = ("shape", "_indptr", "_indices", "data", "_finite", "gathers", "columns",
+                 "first")
 
-    def __init__(self, shape, indptr, indices, data, columns=None):
+    def __init__(self, shape, indptr, indices, data, columns=None, first=None):
         self.shape = (int(shape[0]), int(shape[1]))
         self._indptr = None if indptr is None else _readonly(indptr)
         self._indices = None if indices is None else _readonly(indices)
         self.data = None if data is None else _readonly(data)
         self.columns = None if columns is None else _readonly(columns)
+        # columns == first + arange(rows) (a run: slices of a seed), or None
+        self.first = first
         self._finite = None
         self.gathers = {}  # row gathers of this matrix, shared (see take_rows)
 
     @classmethod
-    def selection(cls, n_cols, columns):
+    def selection(cls, n_cols, columns, first=None):
         """The selection whose row ``r`` holds a one at column ``columns[r]`` (``-1``: none).
 
         ``columns`` is kept (made read-only), not copied.  Its CSR arrays are
         built when first read: merges take a selection by its columns.
+        ``first``, when not None, says that ``columns`` is the run ``first,
+        first + 1, ...``: its gathers are then additions, not gathers.
         """
-        return cls((len(columns), n_cols), None, None, None, columns=columns)
+        return cls((len(columns), n_cols), None, None, None, columns=columns, first=first)
 
     def _compress(self):
         columns = self.columns
@@ -510,14 +515,15 @@ _MAX_SELECTIONS = 256
 _MAX_GATHERS = 8
 
 
-def _selection(n_cols, rows, owned=False):
+def _selection(n_cols, rows, owned=False, first=None):
     """The matrix whose row ``r`` is row ``rows[r]`` of the identity (``-1``: empty).
 
-    ``owned``: ``rows`` is a fresh or read-only array that the matrix may keep.
+    ``owned``: ``rows`` is a fresh or read-only array that the matrix may keep;
+    ``first``: ``rows`` is the run ``first, first + 1, ...`` (see :class:`CSR`).
     """
     if not owned and getattr(rows.flags, "writeable", True):  # (CuPy: no such flag)
         rows = rows.copy()
-    return CSR.selection(n_cols, rows)
+    return CSR.selection(n_cols, rows, first)
 
 
 class _Rows:
@@ -601,6 +607,11 @@ class _Rows:
             return True
         return False
 
+    def run_start(self):
+        """``s`` when the rows are ``s, s + 1, ...`` (a C-contiguous view of the row
+        numbers), else None."""
+        return self._view[0] if self._view is not None and self._contiguous else None
+
     def gathers_by_index(self):
         """Whether :meth:`pick` gathers by an index array (not by strides, where a
         strided copy of a product costs less than a gather)."""
@@ -648,12 +659,20 @@ def _gather(seed, M, rows, key):
             if stored_rows is None or rows.equals(stored_rows):
                 return matrix
     if M is None:
-        result = _selection(seed.size, rows.flat_on(seed.backend))
+        result = _selection(seed.size, rows.flat_on(seed.backend), first=rows.run_start())
     elif M.columns is not None:  # a selection of a selection: compose the columns
-        columns = rows.pick(M.columns)
+        first = None
+        if M.first is not None and rows.gathers_by_index():
+            # (a run of columns, x[a:b] of a seed: composing is adding, no gather)
+            columns = rows.flat_on(seed.backend) + M.first
+        else:
+            columns = rows.pick(M.columns)
+            start = rows.run_start()
+            if M.first is not None and start is not None:
+                first = M.first + start
         if rows.has_empty():
             columns[_backend.to_device(rows.flat < 0, seed.backend)] = -1
-        result = _selection(seed.size, columns, owned=True)
+        result = _selection(seed.size, columns, owned=True, first=first)
     else:
         indptr, indices, data = seed.backend.kernels.gather_rows(
             M.indptr, M.indices, M.data, rows.flat_on(seed.backend))

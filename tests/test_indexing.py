@@ -685,3 +685,20 @@ def test_each_cached_gather_is_checked_against_the_current_index():
     y = (x * x[::-1])[neighbour]
     expected = numerical_jacobian(lambda v: (v * v[::-1])[neighbour], x0, method="complex")
     assert_allclose(y.dvalue.toarray(), expected, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("key", [np.array([4, 0, 0, 2, -1]), [3, 1], slice(None, None, -2)])
+def test_reads_of_a_slice_of_the_seed(key):
+    # x[2:7] is a run of the seed's columns: reading it by an index composes by
+    # adding the run's first column instead of gathering (_gather)
+    x0 = np.arange(1.0, 10.0)
+
+    def f(x):
+        part = x[2:7] * x[1:6]
+        return part[key] + x[2:7][key] ** 2
+
+    y = f(forward.seed(x0))
+    assert_allclose(y.value, f(x0))
+    assert_allclose(y.dvalue.toarray(), numerical_jacobian(f, x0, method="complex"),
+                    rtol=1e-13, atol=1e-13)
+    assert forward.seed(x0)[2:7]._jacobian.matrix.first == 2
