@@ -680,6 +680,13 @@ cdef inline data_t _row_scale(const data_t* sp, const data_t* s2p, int64_t j,
     return v
 
 
+cdef inline data_t _term_scale(const Term* t, int64_t i, data_t one) noexcept nogil:
+    """The row scale of row ``i`` of a term of a real kind (``one``: 1 in the value
+    type), second scale and factor applied (see :func:`_row_scale`)."""
+    return _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2, i * t.scale_step,
+                      t.factor)
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef inline data_t _term_value(const Term* t, int64_t p, int64_t i, data_t one) noexcept nogil:
@@ -689,12 +696,9 @@ cdef inline data_t _term_value(const Term* t, int64_t p, int64_t i, data_t one) 
     if mode == DATA:
         return (<const data_t*>t.data)[p]
     if mode == SCALE:
-        return _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2, i * t.scale_step,
-                          t.factor)
+        return _term_scale(t, i, one)
     if mode == DATA_SCALE:
-        return _mul((<const data_t*>t.data)[p],
-                    _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2,
-                               i * t.scale_step, t.factor))
+        return _mul((<const data_t*>t.data)[p], _term_scale(t, i, one))
     if mode == ONES_SCALE:
         return _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
     return one
@@ -759,8 +763,7 @@ cdef inline int64_t _window_row(int64_t i, Py_ssize_t n_terms, const Term* terms
         d = <const data_t*>t.data
         sc = one
         if mode == SCALE or mode == DATA_SCALE:
-            sc = _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2, i * t.scale_step,
-                            t.factor)
+            sc = _term_scale(t, i, one)
         elif mode == ONES_SCALE:
             sc = _mul(one, (<const data_t*>t.scale)[i * t.scale_step])
         # (one loop per value formula: the formula is fixed within a term)
@@ -868,8 +871,7 @@ cdef inline uint64_t _gather_run(const Term* t, int64_t lo, int64_t n, int64_t i
                 vals[m + p] = d[p]
         elif t.mode == DATA_SCALE:
             d = <const data_t*>t.data + lo
-            sc = _row_scale(<const data_t*>t.scale, <const data_t*>t.scale2, i * t.scale_step,
-                            t.factor)
+            sc = _term_scale(t, i, one)
             for p in range(n):
                 vals[m + p] = _mul(d[p], sc)
         else:
@@ -2247,10 +2249,9 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                     # (other dtypes, strided scales: the product as numpy forms it)
                     scale = scale * scale2
                     scale2 = None
-            if factor != 1.0 and scale2 is None and (_array_kind(scale) not in (F32, F64)
-                                                     or scale.strides[0] == 0):
-                # (complex, other dtypes, broadcast scalars: the product as numpy
-                # forms it, here once)
+            if factor != 1.0 and _array_kind(scale) not in (F32, F64):
+                # (complex and other dtypes, which the loops do not scale by a
+                # factor: the product as numpy forms it, here once)
                 scale = scale * factor
                 factor = 1.0
             # the kind of the reference's (ones or data) * scale
@@ -2285,7 +2286,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             if kind < 0:
                 _validate_terms(prepared, nc)
                 return _reference.merge_scaled(
-                    nr, nc, [(None if t[6] else t[0], t[1], t[2], _joined_scale(t), t[4], t[7])
+                    nr, nc, [(None if t[6] else t[0], t[1], t[2], _numpy_scale(t), t[4])
                          for t in prepared],
                     pattern_only, index_dtype)
             narrow = [dt != out_dtype for dt in dtypes]
@@ -2293,10 +2294,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             indptr, indices, data, scale = prepared[k][:4]
             if scale is not None and narrow[k]:
                 # a product rounded in a narrower dtype than the result's
-                scale = _joined_scale(prepared[k])
-                if prepared[k][7] != 1.0:
-                    scale = scale * prepared[k][7]
-                    prepared[k][7] = 1.0
+                scale = _numpy_scale(prepared[k])
                 data = scale_rows(indptr, data, scale)
                 scale = None
             if data is not None and not (_array_kind(data) == kind
@@ -2307,10 +2305,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                                           and scale.strides[0] % scale.itemsize == 0):
                 # (a scale of the right dtype is read with its stride: a
                 # broadcast scalar, stride 0, is not copied)
-                scale = _joined_scale(prepared[k])
-                if prepared[k][7] != 1.0:  # (the factor in the scale's own dtype)
-                    scale = scale * prepared[k][7]
-                    prepared[k][7] = 1.0
+                scale = _numpy_scale(prepared[k])  # (in the scale's own dtype)
                 scale = np.ascontiguousarray(scale, dtype=out_dtype)
             prepared[k][2] = data
             prepared[k][3] = scale
@@ -2516,13 +2511,17 @@ cdef list _balanced_splits(list prepared, int64_t nr, Py_ssize_t n_parts, int64_
     return splits
 
 
-def _joined_scale(prepared_term):
-    """A prepared term's row scale with its second scale multiplied in (numpy's
-    product), which it then no longer has."""
-    scale, scale2 = prepared_term[3], prepared_term[8]
-    if scale2 is not None:
-        scale = scale * scale2
+def _numpy_scale(prepared_term):
+    """A prepared term's row scale with its second scale and its factor multiplied
+    in by numpy, as the loops would round them (``(d * c) * factor``); the term
+    then has neither."""
+    scale = prepared_term[3]
+    if prepared_term[8] is not None:
+        scale = scale * prepared_term[8]
         prepared_term[8] = None
+    if prepared_term[7] != 1.0:
+        scale = scale * prepared_term[7]
+        prepared_term[7] = 1.0
     return scale
 
 

@@ -295,10 +295,9 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         summed.  A 6-tuple's ``factor``, a real number, multiplies the
         row scale as ``row_scale * factor`` does with a Python float (in the
         row scale's dtype): terms ``s * diag(d) * M`` need no product array.
-        ``row_scale`` may also be a pair of vectors of
-        one length, ``(d, c)``: the row scale is then ``d * c`` (formed
-        before the factor), and ``s * diag(c) * diag(d) * M`` needs no
-        product array either.
+        ``row_scale`` may also be a pair of vectors of one length, ``(d, c)``:
+        the row scale is then ``d * c`` (formed before the factor), and
+        ``s * diag(c) * diag(d) * M`` needs no product array either.
     pattern_only : bool
         Compute only the union pattern; data of the result is ``None``.
     index_dtype : None, numpy.int64 or numpy.int32
