@@ -64,12 +64,12 @@ def _refuse_keywords(name, kwargs, allowed):
 
 
 def _call(ufunc, inputs, kwargs):
-    if not kwargs:
+    if kwargs:
+        _refuse_keywords(rules.rule_name(ufunc), kwargs, _CALL_KEYWORDS)
+    else:
         common = _common_operands(ufunc, inputs)
         if common is not None:
             return _differentiate(ufunc, *common)
-    if kwargs:
-        _refuse_keywords(rules.rule_name(ufunc), kwargs, _CALL_KEYWORDS)
     if ufunc in (np.multiply, np.power) and any(isinstance(i, np.matrix) for i in inputs):
         # (numpy hands x * M to np.matrix, a matrix product: an elementwise
         # product here would silently differ from numpy's result)

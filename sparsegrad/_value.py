@@ -229,7 +229,7 @@ class value(NDArrayOperatorsMixin):
         target_rows = row_index(self.shape)[row_key]
         if isinstance(new, value):
             # the source's Jacobian before this write (``new`` may be ``self``)
-            piece = new._jac if not isinstance(new._jac, Assembly) else new._jacobian
+            piece = new._jacobian
             source_rows = _broadcast_rows(new.shape, target_rows.shape)
             new_array = new._value
         else:
