@@ -949,7 +949,7 @@ def _vector_p_norm(x, ord, axis, keepdims, name):
         return np.max(magnitude, axis=axis, keepdims=keepdims)
     if ord == -np.inf:
         return np.min(magnitude, axis=axis, keepdims=keepdims)
-    if isinstance(ord, numbers.Number) and ord not in (0,):
+    if isinstance(ord, numbers.Number) and ord != 0:
         return np.sum(magnitude ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
     raise unsupported(name, "ord=%r" % (ord,))
 

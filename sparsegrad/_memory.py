@@ -35,7 +35,6 @@ import collections
 import ctypes
 import ctypes.util
 import functools
-import os
 import sys
 
 from ._fast import pool as _pool
