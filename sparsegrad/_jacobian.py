@@ -51,7 +51,8 @@ class Seed:
         default).
     """
 
-    __slots__ = ("size", "scalar", "complex", "pattern_only", "selections", "backend")
+    __slots__ = ("size", "scalar", "complex", "pattern_only", "selections", "index_rows",
+                 "backend")
 
     def __init__(self, size, scalar, complex, pattern_only, backend=_backend.CPU):
         self.size = int(size)
@@ -64,6 +65,9 @@ class Seed:
         # written three times in a residual shares one matrix, so its terms
         # combine by row scaling instead of a merge
         self.selections = {}
+        # read-only copies of the int64 index arrays read from its values, by
+        # the array's id (see sparsegrad._value._rows_read)
+        self.index_rows = {}
 
 
 def _readonly(array):
@@ -349,6 +353,9 @@ def _times(d, factor):
 #: tests compare against bit for bit)
 PENDING_PRODUCTS = True
 
+#: index arrays a seed keeps copies of (see ``Seed.index_rows``)
+MAX_INDEX_ROWS = 64
+
 #: terms a sum may hold before they are merged into one matrix
 MAX_TERMS = 16
 
@@ -632,6 +639,8 @@ class _Rows:
 
 def _same_rows(a, b):
     """Whether two 1-d int arrays hold the same row numbers on the same backend."""
+    if a is b:  # (a seed's copy of an index array, read again)
+        return True
     backend = _backend.of(a)
     if a.shape != b.shape or _backend.of(b) is not backend:
         return False
@@ -664,7 +673,11 @@ def _gather(seed, M, rows, key):
         first = None
         if M.first is not None and rows.gathers_by_index():
             # (a run of columns, x[a:b] of a seed: composing is adding, no gather)
-            columns = rows.flat_on(seed.backend) + M.first
+            columns = rows.flat_on(seed.backend)
+            if not (M.first == 0 and not getattr(columns.flags, "writeable", True)
+                    and not rows.has_empty()):
+                columns = columns + M.first
+            # (else the read-only row numbers are the columns of x[:b] as they are)
         else:
             columns = rows.pick(M.columns)
             start = rows.run_start()

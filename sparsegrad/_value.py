@@ -214,7 +214,8 @@ class value(NDArrayOperatorsMixin):
         # (a view of the read-only row numbers, or a fresh array that is ours: made
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)
-        rows = jac._readonly(_rows_read(self.shape, row_key, xp))
+        rows = jac._readonly(_rows_read(self.shape, row_key, xp,
+                                        None if assembly else self._jac.seed.index_rows))
         if assembly:
             return make(result, self._jac.take_rows(rows))
         return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, row_key),
@@ -351,18 +352,31 @@ def _device_keys(key, array, device_rows=False):
     return on_device[0], on_host[0], xp
 
 
-def _rows_read(shape, key, xp):
+def _rows_read(shape, key, xp, known=None):
     """The Jacobian rows that ``array[key]`` reads, for an array of ``shape``: a
-    view of the row numbers or a fresh array.
+    view of the row numbers or a fresh (read-only) array.
 
     The stencil case, an int64 index array without negative entries into a
     1-d value, holds the rows themselves (the value's own indexing has
     checked their bounds): a copy is cheaper than gathering the row numbers.
+    ``known`` (a seed's :attr:`~sparsegrad._jacobian.Seed.index_rows`) keeps
+    these copies by the index array's ``id``: a stencil reads one index array
+    many times, and a copy found equal to the array is returned again, so
+    that every gather cached under it recognises it by identity.
     """
     if (type(key) is np.ndarray and len(shape) == 1 and key.ndim == 1
             and key.dtype == jac.INDEX_DTYPE):
+        if known is not None:
+            stored = known.get(id(key))
+            # (an id outlives its array: the contents decide)
+            if stored is not None and stored.shape == key.shape and np.array_equal(stored, key):
+                return stored
         rows = key.copy()  # (checked after the copy, in cache)
         if rows.size == 0 or rows.min() >= 0:
+            if known is not None:
+                if len(known) >= jac.MAX_INDEX_ROWS:
+                    known.clear()
+                known[id(key)] = jac._readonly(rows)
             return rows
     return row_index(shape, xp)[key]
 

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 
 from sparsegrad import forward
+from sparsegrad import _jacobian as jac
 from sparsegrad.testing import assert_jacobian_equal, numerical_jacobian
 
 
@@ -687,18 +688,65 @@ def test_each_cached_gather_is_checked_against_the_current_index():
     assert_allclose(y.dvalue.toarray(), expected, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("key", [np.array([4, 0, 0, 2, -1]), [3, 1], slice(None, None, -2)])
-def test_reads_of_a_slice_of_the_seed(key):
+@pytest.mark.parametrize("start", [2, 0])
+@pytest.mark.parametrize("key", [np.array([4, 0, 0, 2, -1]), np.array([4, 0, 0, 2, 1]),
+                                 [3, 1], slice(None, None, -2)])
+def test_reads_of_a_slice_of_the_seed(key, start):
     # x[2:7] is a run of the seed's columns: reading it by an index composes by
-    # adding the run's first column instead of gathering (_gather)
+    # adding the run's first column instead of gathering (_gather); x[0:5] by
+    # the row numbers themselves
     x0 = np.arange(1.0, 10.0)
 
     def f(x):
-        part = x[2:7] * x[1:6]
-        return part[key] + x[2:7][key] ** 2
+        part = x[start:start + 5] * x[1:6]
+        return part[key] + x[start:start + 5][key] ** 2
 
     y = f(forward.seed(x0))
     assert_allclose(y.value, f(x0))
     assert_allclose(y.dvalue.toarray(), numerical_jacobian(f, x0, method="complex"),
                     rtol=1e-13, atol=1e-13)
-    assert forward.seed(x0)[2:7]._jacobian.matrix.first == 2
+    assert forward.seed(x0)[start:start + 5]._jacobian.matrix.first == start
+
+
+def test_an_index_array_read_again_shares_its_rows():
+    # the seed keeps one read-only copy per index array: a second read of it
+    # finds its gathers by identity, and the terms of both reads combine
+    x0 = np.arange(1.0, 7.0)
+    east = np.array([1, 2, 3, 4, 5, 0])
+    x = forward.seed(x0)
+    a, b = x[east], (2 * x)[east]
+    assert a._jacobian.matrix is b._jacobian.matrix
+    assert len((a + b)._jacobian.terms) == 1
+    assert_array_equal((a * b).dvalue.toarray(), np.diag(4 * x0[east])[:, np.argsort(east)])
+    rows = x._jacobian.seed.index_rows[id(east)]
+    assert not rows.flags.writeable and rows is not east
+    assert east.flags.writeable  # the caller's array is left as it was
+
+
+def test_an_index_array_changed_between_reads_of_one_seed():
+    x0 = np.arange(1.0, 7.0)
+    east = np.array([1, 2, 3, 4, 5, 0])
+    x = forward.seed(x0)
+    a = x[east] * x
+    east[:] = [5, 0, 1, 2, 3, 4]
+    b = x[east] * x
+    expected = numerical_jacobian(lambda v: v[[1, 2, 3, 4, 5, 0]] * v + v[east] * v, x0,
+                                  method="complex")
+    assert_allclose((a + b).dvalue.toarray(), expected, rtol=1e-13, atol=1e-13)
+
+
+def test_many_index_arrays_read_from_one_seed():
+    # the copies a seed keeps are bounded: past the bound they are dropped,
+    # reads stay exact
+    x0 = np.arange(1.0, 9.0)
+    rng = np.random.default_rng(0)
+    keys = [rng.permutation(8) for _ in range(jac.MAX_INDEX_ROWS + 10)]
+
+    def f(x):
+        return sum(x[k] * (j + 1) for j, k in enumerate(keys)) + x[keys[0]] * x[keys[-1]]
+
+    x = forward.seed(x0)
+    y = f(x)
+    assert len(x._jacobian.seed.index_rows) <= jac.MAX_INDEX_ROWS
+    assert_allclose(y.dvalue.toarray(), numerical_jacobian(f, x0, method="complex"),
+                    rtol=1e-12, atol=1e-12)
