@@ -18,6 +18,7 @@ on the values at which it is evaluated.
 >>> materialize(add([J, J])).data
 array([2., 4., 6.])
 """
+import itertools
 from functools import lru_cache
 
 import numpy as np
@@ -260,8 +261,9 @@ class Jacobian:
         """``(first_row, Jacobian)`` of the blocks that make up this Jacobian."""
         if self._blocks is None:
             return ((0, self),)
-        offsets = np.cumsum([0] + [block.n_rows for block in self._blocks])
-        return tuple(zip(offsets[:-1].tolist(), self._blocks))
+        firsts = itertools.accumulate((block.n_rows for block in self._blocks[:-1]),
+                                      initial=0)
+        return tuple(zip(firsts, self._blocks))
 
     @property
     def shape(self):
@@ -334,6 +336,8 @@ def _scalar_keeps_dtype(s, d):
     if type(s) is float or (type(s) is int and -2 ** 24 <= s <= 2 ** 24):
         # (weak Python scalars keep d's precision; ints exact in every float)
         return d.dtype.kind == "f"
+    if type(s) is np.float64 and d.dtype == np.float64:  # (the common case, quickly)
+        return True
     return (isinstance(s, np.floating) and d.dtype.kind == "f"
             and np.result_type(d.dtype, s.dtype) == d.dtype)
 

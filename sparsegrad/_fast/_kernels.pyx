@@ -2233,7 +2233,10 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         total += nnz_k
         scale2 = None
         if isinstance(scale, tuple):
-            scale, scale2 = _reference._scale_pair(scale)
+            if not (len(<tuple>scale) == 2 and _is_values(scale[0], m)
+                    and _is_values(scale[1], m)):
+                _reference._scale_pair(scale)  # (raises unless two 1-d arrays)
+            scale, scale2 = scale
         if values:
             if data is not None and not _is_values(data, nnz_k):
                 data = _as_values(data, nnz_k, "merge_scaled term %d data" % k)
