@@ -314,6 +314,9 @@ def jvp(f, x, v, args=(), kwargs=None):
     array = forward._seed_array(x)
     backend = _backend.of(array)
     xp = backend.xp
+    if isinstance(v, _forward_value):
+        raise TypeError("sparsegrad.jvp: v is a forward value; the direction is a constant "
+                        "(pass v.value)")
     direction = xp.asarray(v)
     if direction.shape not in (array.shape, (array.size,)):
         raise ValueError("sparsegrad.jvp: v has shape %s; expected x's shape %s or (%d,)"

@@ -151,6 +151,11 @@ def _device_solver(backend, linear_solver, options):
 
 def _checked_solve(solve, J, b):
     """``solve(J, b)``, turning every sign of a singular system into _LinearSolveError."""
+    data = getattr(J, "data", None)
+    if data is not None and not np.all(np.isfinite(data)):
+        # an infinite derivative would give a zero (or nan) step: never a solution
+        raise _LinearSolveError("the Jacobian has non-finite entries (inf or nan) at x, "
+                                "so the Newton step is not defined")
     with warnings.catch_warnings():
         # spsolve and umfpack warn (and return nan) instead of raising
         warnings.simplefilter("error", scipy.sparse.linalg.MatrixRankWarning)
@@ -162,7 +167,12 @@ def _checked_solve(solve, J, b):
         except (RuntimeError, ValueError, ArithmeticError, np.linalg.LinAlgError,
                 scipy.sparse.linalg.MatrixRankWarning, RuntimeWarning) as error:
             raise _LinearSolveError("%s: %s" % (type(error).__name__, error))
-    step = _backend.asarray(step).reshape(-1)
+    answer = step
+    step = _backend.asarray(step)
+    if step.dtype.kind not in "biufc":
+        raise _LinearSolveError("the linear solver returned %s, not an array of numbers"
+                                % type(answer).__name__)
+    step = step.reshape(-1)
     if step.size != b.size:
         raise _LinearSolveError("the linear solver returned %d values for %d unknowns"
                                 % (step.size, b.size))
@@ -399,6 +409,8 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
                       % (nit, norm, _norm(step), 1.0, time.perf_counter() - start))
             if not np.isfinite(norm):
                 return finish(-3, "at iteration %d" % nit)
+            if callback is not None:  # (after every iteration; converged either way)
+                callback(x.reshape(shape), f)
             return finish(2)
         damping = 1.0
         while True:

@@ -1,0 +1,51 @@
+"""Regression tests for bugs found by a hunt through index writes, the function
+API, the linear solvers and Newton's method."""
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+import sparsegrad
+from sparsegrad import forward
+from sparsegrad.optimize import newton
+from sparsegrad.testing import numerical_jacobian
+
+
+# ---- newton ------------------------------------------------------------------------
+
+def test_newton_with_an_infinite_jacobian_is_a_failed_solve_not_a_solution():
+    # d sqrt(x)/dx is inf at 0: the "Newton step" -f/inf is exactly 0, which the
+    # step test took for convergence while F(x) = -1
+    with np.errstate(divide="ignore"):
+        result = newton(lambda x: np.sqrt(x) - 1.0, np.zeros(2))
+    assert not result.success and result.status == -2, result.message
+    assert "non-finite entries" in result.message
+    assert_array_equal(result.x, [0.0, 0.0])
+    assert_array_equal(result.fun, [-1.0, -1.0])
+
+
+def test_newton_callback_also_sees_the_iteration_that_converges_on_the_step():
+    seen = []
+    result = newton(lambda x: x ** 2 - 2.0, np.ones(1), tol=0.0,
+                    callback=lambda x, f: seen.append((x.copy(), f.copy())))
+    assert result.success and result.status == 2, result.message
+    assert len(seen) == result.nit == 5
+    assert_array_equal(seen[-1][0], result.x)
+    assert_array_equal(seen[-1][1], result.fun)
+
+
+def test_newton_linear_solver_returning_none_is_a_failed_solve():
+    result = newton(lambda x: x ** 2 - 4.0, np.ones(2), linear_solver=lambda J, b: None)
+    assert not result.success and result.status == -2
+    assert "returned NoneType" in result.message
+
+
+# ---- the function API ------------------------------------------------------------
+
+def test_jvp_refuses_a_forward_direction_by_name():
+    # was: "v has shape (); expected x's shape (3,)" for a v of shape (3,)
+    x0 = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(TypeError, match="v is a forward value"):
+        sparsegrad.jvp(lambda x: x * x, x0, forward.seed(x0))
+    value, derivative = sparsegrad.jvp(lambda x: x * x, x0, np.array([1.0, 0.0, 2.0]))
+    assert_array_equal(value, [1.0, 4.0, 9.0])
+    assert_array_equal(derivative, [2.0, 0.0, 12.0])
