@@ -270,6 +270,7 @@ def _scatter_add(target, indices, increment):
     rows = row_index(target.shape)[row_indices]
     if isinstance(increment, value):  # (checked before anything is written)
         source = _broadcast_rows(increment.shape, rows.shape).ravel()
+        jac.common_seed([target._jac, increment._jacobian])
     increment_array = nvalue(increment)  # (before the copy: ``increment`` may be ``target``)
     if not target._owns:  # copy on write, as in value.__setitem__
         target._array = target._array.copy()

@@ -231,6 +231,11 @@ class value(NDArrayOperatorsMixin):
         if isinstance(new, value):
             # the source's Jacobian before this write (``new`` may be ``self``)
             piece = new._jacobian
+            seed = jac.common_seed([self._jac, piece])
+            if seed.complex and np.iscomplexobj(new._array) \
+                    and not np.iscomplexobj(self._array):
+                # (numpy keeps the real part, which has no complex derivative)
+                raise _not_complex_differentiable("writing into a real array")
             source_rows = _broadcast_rows(new.shape, target_rows.shape)
             new_array = new._value
         else:

@@ -49,3 +49,34 @@ def test_jvp_refuses_a_forward_direction_by_name():
     value, derivative = sparsegrad.jvp(lambda x: x * x, x0, np.array([1.0, 0.0, 2.0]))
     assert_array_equal(value, [1.0, 4.0, 9.0])
     assert_array_equal(derivative, [2.0, 0.0, 12.0])
+
+
+# ---- writes refused before anything is written ---------------------------------
+
+def test_a_write_from_another_seed_is_refused_and_changes_nothing():
+    x = forward.seed(np.array([1.0, 2.0]))
+    y = forward.seed(np.array([5.0, 7.0]))
+    F = x * 1.0
+    with pytest.raises(sparsegrad.SeedMismatchError):
+        F[0] = y[0] * 2
+    with pytest.raises(sparsegrad.SeedMismatchError):
+        np.add.at(F, np.array([1]), y[1:])
+    assert_array_equal(F.value, [1.0, 2.0])
+    assert_array_equal(F.dvalue.toarray(), np.eye(2))
+
+
+def test_a_complex_value_written_into_a_real_array_needs_a_real_seed():
+    # numpy keeps the real part, which is not complex-differentiable
+    z = forward.seed(np.array([1 + 2j, 3 + 1j]))
+    F = np.zeros(2, dtype=float, like=z)
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="complex-differentiable"):
+        F[:] = z * 2
+    assert_array_equal(F.value, [0.0, 0.0])
+    # a real seed: the real part's Jacobian is the real part of the Jacobian
+    x0 = np.array([0.5, 1.5])
+    x = forward.seed(x0)
+    G = np.zeros(2, like=x)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        G[:] = x * (2 + 3j)
+    assert_array_equal(G.value, 2 * x0)
+    assert_array_equal(G.dvalue.toarray(), 2 * np.eye(2))
