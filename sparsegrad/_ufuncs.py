@@ -266,6 +266,7 @@ def _sparse_times(inputs):
 
 def _scatter_add(target, indices, increment):
     """``np.add.at(target, indices, increment)`` on a forward target."""
+    increment = coerce(increment)  # (a list holding forward values)
     indices, row_indices, _ = _device_keys(plain(indices), target._array)
     rows = row_index(target.shape)[row_indices]
     if isinstance(increment, value):  # (checked before anything is written)

@@ -14,6 +14,7 @@ raised and never hung on.
 >>> result.success, result.x
 (True, array([2., 3.]))
 """
+import operator
 import time
 import warnings
 
@@ -310,6 +311,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     if not (tol >= 0 and xtol >= 0 and 0 < min_damping <= 1 and maxiter >= 0):  # (nan too)
         raise ValueError("sparsegrad.optimize.newton: need tol >= 0, xtol >= 0, "
                          "0 < min_damping <= 1 and maxiter >= 0")
+    maxiter = operator.index(maxiter)  # (2.5 iterations: a TypeError, as numpy's own)
     if callable(linear_solver):  # (the user's: for any device)
         solve, solver_name = linear_solver, getattr(linear_solver, "__name__", "callable")
     elif backend is _backend.CPU:

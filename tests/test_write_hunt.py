@@ -80,3 +80,18 @@ def test_a_complex_value_written_into_a_real_array_needs_a_real_seed():
         G[:] = x * (2 + 3j)
     assert_array_equal(G.value, 2 * x0)
     assert_array_equal(G.dvalue.toarray(), 2 * np.eye(2))
+
+
+def test_add_at_takes_a_list_holding_forward_values():
+    x0 = np.array([1.0, 2.0, 3.0])
+    x = forward.seed(x0)
+    F = np.zeros(3, like=x)
+    np.add.at(F, [2, 2], [x[0], 3 * x[1]])
+    assert_array_equal(F.value, [0.0, 0.0, 7.0])
+    assert_array_equal(F.dvalue.toarray(), [[0, 0, 0], [0, 0, 0], [1, 3, 0]])
+
+
+def test_newton_needs_a_whole_number_of_iterations():
+    with pytest.raises(TypeError):
+        newton(lambda x: x - 1.0, np.zeros(2), maxiter=2.5)
+    assert newton(lambda x: x - 1.0, np.zeros(2), maxiter=np.int64(3)).success
