@@ -78,8 +78,21 @@ PASS_THROUGH = [
 PASS_THROUGH.remove(np.sort_complex)  # sorting a forward value is not a value query
 
 
+# value queries that take an ``out=`` array (and its position after ``a``, ``axis``)
+_OUT_POSITION = {np.argmax: 2, np.argmin: 2, np.any: 2, np.all: 2}
+
+
 def _values_only(function):
+    out_position = _OUT_POSITION.get(function)
+
     def plain(*args, **kwargs):
+        if out_position is not None:
+            out = args[out_position] if len(args) > out_position else kwargs.get("out")
+            if isinstance(out, value):
+                # (writing into its value would leave its Jacobian as it was)
+                raise unsupported("numpy." + function.__name__, "out= a forward value "
+                                  "(the result is a plain array of indices or truth "
+                                  "values: assign it with F[...] = result instead)")
         args = [nvalue(a) if isinstance(a, value) else a for a in args]
         kwargs = {k: nvalue(v) if isinstance(v, value) else v for k, v in kwargs.items()}
         return function(*args, **kwargs)
@@ -89,6 +102,32 @@ def _values_only(function):
 
 for _function in PASS_THROUGH:
     FUNCTIONS[_function] = _values_only(_function)
+_full_like_values = FUNCTIONS[np.full_like]
+
+
+@implements(np.full_like)
+def _full_like(a, fill_value, *args, **kwargs):
+    """``np.full_like`` is a value query unless the fill value is a forward value:
+    then its Jacobian is broadcast (dropping it would be silently wrong)."""
+    fill = coerce(fill_value)
+    if not isinstance(fill, value):
+        return _full_like_values(a, fill_value, *args, **kwargs)
+    # numpy's checks of the arguments, and the shape, dtype and layout of its result
+    template = np.empty_like(nvalue(a), *args, **kwargs)
+    fortran = template.ndim > 1 and not template.flags.c_contiguous  # (order "K", "A", "F")
+    return _filled(fill, template.shape, template.dtype, "F" if fortran else "C")
+
+
+def _filled(fill, shape, dtype, order):
+    """A fresh forward value of ``shape``, ``dtype`` and memory ``order``, ``fill``
+    broadcast into it.  (The layout matters: ``order="K"`` or ``"A"`` in a later
+    reshape follows it, and ``astype`` of the broadcast view alone would keep the
+    view's strides, Fortran-like for a column.)"""
+    result = np.copy(np.broadcast_to(fill, shape), order=order)
+    if dtype is not None and result.dtype != dtype:
+        result = result.astype(dtype)  # (keeps the layout of a contiguous array)
+    result._owns = True  # (a fresh array: writes may go into it)
+    return result
 
 
 # ---- creation with like= ---------------------------------------------------------
@@ -127,10 +166,7 @@ def _full_of_forward(args, kwargs, fill):
         raise unsupported("numpy.full", "a forward fill value with arguments other than "
                           "shape, fill_value and dtype")
     dtype = kwargs.get("dtype", args[2] if len(args) > 2 else None)
-    result = np.broadcast_to(fill, shape)
-    result = result.astype(dtype) if dtype is not None else result.copy()
-    result._owns = True  # (a fresh array: writes may go into it)
-    return result
+    return _filled(fill, shape, None if dtype is None else np.dtype(dtype), "C")
 
 
 def _beside(indices, array):
@@ -188,6 +224,11 @@ def _single(function):
     """Register ``function(a, ...)`` moving the data of its first argument."""
     @implements(function)
     def moved(a, *args, **kwargs):
+        # a forward value among the other arguments (split points, indices to
+        # delete: dispatched on by numpy) goes to numpy as its value, as an index
+        # would; passed on as it is it would come back here, without end
+        args = [nvalue(v) if isinstance(v, value) else v for v in args]
+        kwargs = {k: nvalue(v) if isinstance(v, value) else v for k, v in kwargs.items()}
         return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
     return moved
 
@@ -304,14 +345,16 @@ def _sequence_function(function):
     @implements(function)
     def joined(arrays, *args, **kwargs):
         _refuse(function.__name__, out=kwargs.pop("out", None))
-        dtype = kwargs.pop("dtype", None)
-        casting = kwargs.pop("casting", "same_kind")
+        # dtype= and casting= apply to the values only (the row numbers are integers);
+        # either is given to numpy's call on the values as given, even alone
+        # (casting="no" refuses mixed dtypes; column_stack takes neither)
+        options = {key: kwargs.pop(key) for key in ("dtype", "casting") if key in kwargs}
         arrays = list(arrays)
 
         def apply(arrs, rows):
-            if rows or dtype is None:
+            if rows:
                 return function(arrs, *args, **kwargs)
-            return function(arrs, *args, dtype=dtype, casting=casting, **kwargs)
+            return function(arrs, *args, **options, **kwargs)
         return _move(apply, arrays)
     return joined
 
@@ -537,7 +580,7 @@ def _dot(a, b, out=None):
     av, bv = nvalue(a), nvalue(b)
     result = np.dot(av, bv)
     if av.ndim == 0 or bv.ndim == 0:
-        return a * b
+        return _scalar_product(a, b, av, bv, result)
     letters = iter(_LETTERS)
     sa = "".join(next(letters) for _ in range(av.ndim))
     sb = [next(letters) for _ in range(bv.ndim)]
@@ -547,12 +590,20 @@ def _dot(a, b, out=None):
     return _linear([sa, sb], output, [a, b], result)
 
 
+def _scalar_product(a, b, av, bv, result):
+    """``dot`` or ``inner`` with a 0-d operand: the elementwise product.  numpy takes
+    a Python number as an array (float64: no weak-scalar promotion), so the
+    product is taken with the arrays and the value is numpy's."""
+    product = (a if isinstance(a, value) else av) * (b if isinstance(b, value) else bv)
+    return _finish(product, result)
+
+
 @implements(np.inner)
 def _inner(a, b):
     av, bv = nvalue(a), nvalue(b)
     result = np.inner(av, bv)
     if av.ndim == 0 or bv.ndim == 0:
-        return a * b
+        return _scalar_product(a, b, av, bv, result)
     sa = _LETTERS[:av.ndim - 1] + "z"
     sb = _LETTERS[av.ndim - 1:av.ndim + bv.ndim - 2] + "z"
     return _linear([sa, sb], sa[:-1] + sb[:-1], [a, b], result)
@@ -604,13 +655,15 @@ def _vecdot(x1, x2, axis=-1, **kwargs):
     _refuse("vecdot", out=kwargs.pop("out", None))
     a = _conj_first(x1)
     product = np.multiply(a, x2)
-    return _finish(np.sum(product, axis=axis), np.vecdot(nvalue(x1), nvalue(x2), axis=axis))
+    # (numpy's call takes the keywords: dtype=, casting=, ... decide the value)
+    return _finish(np.sum(product, axis=axis),
+                   np.vecdot(nvalue(x1), nvalue(x2), axis=axis, **kwargs))
 
 
 @implements(getattr(np, "matvec", None))
 def _matvec(x1, x2, **kwargs):
     _refuse("matvec", out=kwargs.pop("out", None))
-    result = getattr(np, "matvec")(nvalue(x1), nvalue(x2))
+    result = getattr(np, "matvec")(nvalue(x1), nvalue(x2), **kwargs)
     specs, output = _parse_einsum("...ij,...j->...i", [np.ndim(nvalue(x1)), np.ndim(nvalue(x2))])
     return _linear(specs, output, [x1, x2], result)
 
@@ -619,7 +672,7 @@ def _matvec(x1, x2, **kwargs):
 def _vecmat(x1, x2, **kwargs):
     _refuse("vecmat", out=kwargs.pop("out", None))
     a = _conj_first(x1)
-    result = getattr(np, "vecmat")(nvalue(x1), nvalue(x2))
+    result = getattr(np, "vecmat")(nvalue(x1), nvalue(x2), **kwargs)
     specs, output = _parse_einsum("...j,...ji->...i", [np.ndim(nvalue(a)), np.ndim(nvalue(x2))])
     return _linear(specs, output, [a, x2], result)
 
@@ -677,19 +730,33 @@ def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
 
 
 def _line_view(x, axis):
-    """``x`` with ``axis`` moved last (``axis=None``: flattened)."""
-    if axis is None:
+    """``x`` and the index of ``axis`` in it (``axis=None``, or a 0-d ``x``: flattened,
+    as numpy treats a 0-d array as one of shape ``(1,)`` there)."""
+    if axis is None or np.ndim(nvalue(x)) == 0:
         return np.ravel(x), 0
     return x, np.lib.array_utils.normalize_axis_index(axis, np.ndim(nvalue(x)))
 
 
-@implements(np.cumsum, getattr(np, "cumulative_sum", None))
-def _cumsum(a, axis=None, dtype=None, out=None, **kwargs):
-    _refuse("cumsum", out=out)
-    function = np.cumsum if "include_initial" not in kwargs else getattr(np, "cumulative_sum")
-    result = function(a._value, axis=axis, dtype=dtype, **kwargs)
-    if kwargs.get("include_initial"):
-        raise unsupported("numpy.cumulative_sum", "include_initial=True")
+def _cumulative(function, derivative):
+    """Register ``function`` (``cumsum`` and friends): the value is numpy's own call
+    of that very function (``cumulative_sum`` refuses what ``cumsum`` takes: a
+    multi-dimensional array without ``axis``); ``derivative(a, axis, result)``."""
+    if function is None:  # absent from older numpy releases
+        return
+    name = function.__name__
+
+    @implements(function)
+    def cumulative(a, axis=None, dtype=None, out=None, **kwargs):
+        _refuse(name, out=out)
+        result = function(a._value, axis=axis, dtype=dtype, **kwargs)
+        if kwargs.get("include_initial"):
+            raise unsupported("numpy." + name, "include_initial=True")
+        return derivative(a, axis, result)
+    cumulative.__name__ = "_" + name
+    return cumulative
+
+
+def _cumsum(a, axis, result):
     x, axis = _line_view(a, axis)
     n = x.shape[axis]
     lower = np.tril(np.ones((n, n), dtype=x.dtype))
@@ -710,10 +777,16 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValu
     return make(_backend.asarray(result), J)
 
 
+def _size(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
 def _exclusive_products(x, axes):
     """``prod_{k != j} x_k`` over the reduced ``axes`` for every ``j``, without division."""
     moved = np.moveaxis(x, axes, range(-len(axes), 0))
-    lines = moved.reshape(moved.shape[:moved.ndim - len(axes)] + (-1,))
+    # (the line length spelt out: -1 cannot be inferred when a kept axis is empty)
+    lines = moved.reshape(moved.shape[:moved.ndim - len(axes)]
+                          + (_size(moved.shape[moved.ndim - len(axes):]),))
     if lines.shape[-1] == 0:
         return np.ones_like(x)
     ones = np.ones(lines.shape[:-1] + (1,), dtype=x.dtype, like=x)
@@ -723,12 +796,7 @@ def _exclusive_products(x, axes):
     return np.moveaxis(products, range(-len(axes), 0), axes)
 
 
-@implements(np.cumprod, getattr(np, "cumulative_prod", None))
-def _cumprod(a, axis=None, dtype=None, out=None, **kwargs):
-    _refuse("cumprod", out=out)
-    if kwargs.get("include_initial"):
-        raise unsupported("numpy.cumulative_prod", "include_initial=True")
-    result = np.cumprod(a._value, axis=axis, dtype=dtype)
+def _cumprod(a, axis, result):
     x, axis = _line_view(a, axis)
     lines = np.moveaxis(x, axis, -1)
     xv = lines._value
@@ -745,6 +813,13 @@ def _cumprod(a, axis=None, dtype=None, out=None, **kwargs):
     moved = _structural_linear([batch + "YZ", batch + "Z"], batch + "Y",
                                [coefficient, lines], lower)
     return _finish(np.moveaxis(moved, -1, axis), result)
+
+
+for _function, _derivative in ((np.cumsum, _cumsum),
+                                (getattr(np, "cumulative_sum", None), _cumsum),
+                                (np.cumprod, _cumprod),
+                                (getattr(np, "cumulative_prod", None), _cumprod)):
+    _cumulative(_function, _derivative)
 
 
 def _structural_linear(specs, out_spec, operands, mask):
@@ -772,8 +847,10 @@ def _select_reduction(a, axis, keepdims, argfunction, function, name, initial, w
     axes = _axes(axis, a.ndim, "axis")
     moved_values = np.moveaxis(a._value, axes, range(-len(axes), 0))
     kept = moved_values.shape[:a.ndim - len(axes)]
-    lines = moved_values.reshape(kept + (-1,))
-    rows = np.moveaxis(row_index(a.shape), axes, range(-len(axes), 0)).reshape(kept + (-1,))
+    # (the line length spelt out: -1 cannot be inferred when a kept axis is empty)
+    line = (_size(moved_values.shape[a.ndim - len(axes):]),)
+    lines = moved_values.reshape(kept + line)
+    rows = np.moveaxis(row_index(a.shape), axes, range(-len(axes), 0)).reshape(kept + line)
     chosen = _backend.to_host(argfunction(lines, axis=-1)[..., None])  # (rows: host)
     selected = jac.take_rows(a._jacobian, np.take_along_axis(rows, chosen, -1).ravel())
     union, _ = _sum_jacobian(a, axis, keepdims)
@@ -814,7 +891,8 @@ def select(condition, a, b):
     forwards = _forwards([a, b])
     if not forwards:
         return result
-    chosen = np.broadcast_to(condition, result.shape).ravel()
+    # (as truth values: ~ of an integer or float condition is no complement)
+    chosen = np.broadcast_to(condition, result.shape).ravel().astype(bool, copy=False)
     terms = [jac.mask_rows(broadcast_jacobian(x, result.shape),
                            chosen if x is a else ~chosen) for x in forwards]
     if a is b:
@@ -827,12 +905,18 @@ def select(condition, a, b):
 def _clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
           max=np._NoValue, **kwargs):
     _refuse("clip", out=out)
+    if kwargs.get("where", True) is not True:  # (numpy leaves the other elements unset)
+        raise unsupported("numpy.clip", "the where= argument")
+    # numpy's call with the arguments as given: it refuses a bound given twice or
+    # only one of a_min, a_max, and keeps Python numbers weak (a float32 result
+    # for float32 values)
+    bounds = [nvalue(b) if isinstance(b, value) else b for b in (a_min, a_max, min, max)]
+    result = np.clip(nvalue(a), bounds[0], bounds[1], min=bounds[2], max=bounds[3],
+                     **kwargs)
     low = a_min if a_min is not np._NoValue else min
     high = a_max if a_max is not np._NoValue else max
     low = None if low is np._NoValue else low
     high = None if high is np._NoValue else high
-    result = np.clip(nvalue(a), nvalue(low) if low is not None else None,
-                     nvalue(high) if high is not None else None, **kwargs)
     clipped = a
     if low is not None:
         clipped = np.maximum(clipped, low)
@@ -844,6 +928,8 @@ def _clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
 # ---- composition of forward operations -----------------------------------------------
 @implements(np.diff)
 def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
+    if n == 0:  # numpy's own rule: the input itself, prepend, append and axis unused
+        return a
     extras = {k: nvalue(v) for k, v in (("prepend", prepend), ("append", append))
               if v is not np._NoValue}
     result = np.diff(nvalue(a), n, axis, **extras)
