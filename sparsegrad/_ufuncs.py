@@ -26,6 +26,8 @@ _REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max,
                np.minimum: np.min}
 _ACCUMULATIONS = {np.add: np.cumsum, np.multiply: np.cumprod}
 _CALL_KEYWORDS = frozenset(["dtype", "casting", "order", "subok", "signature"])
+# keywords a linear-algebra ufunc's own implementation takes (and differentiates)
+_LINEAR_KEYWORDS = {np.vecdot: ("axis",)} if hasattr(np, "vecdot") else {}
 
 
 def apply(ufunc, method, inputs, kwargs):
@@ -65,7 +67,8 @@ def _refuse_keywords(name, kwargs, allowed):
 
 def _call(ufunc, inputs, kwargs):
     if kwargs:
-        _refuse_keywords(rules.rule_name(ufunc), kwargs, _CALL_KEYWORDS)
+        _refuse_keywords(rules.rule_name(ufunc), kwargs,
+                         _CALL_KEYWORDS.union(_LINEAR_KEYWORDS.get(ufunc, ())))
     else:
         common = _common_operands(ufunc, inputs)
         if common is not None:

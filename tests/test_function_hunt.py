@@ -247,3 +247,23 @@ def test_split_with_forward_sections_does_not_recurse():
             np.split(np.arange(5.0), forward.seed(np.array([1.0, 3.0])))
         with pytest.raises(IndexError):
             np.delete(y, y[:2])
+
+
+def test_vecdot_takes_an_axis():
+    x0 = np.arange(1.0, 7.0).reshape(2, 3)
+    y = np.array([[1.0, -2.0, 0.5], [3.0, 1.0, 2.0]])
+
+    def f(x):
+        return np.vecdot(x, y, axis=0)
+
+    result = f(forward.seed(x0))
+    np.testing.assert_allclose(result.value, np.vecdot(x0, y, axis=0))
+    # (central differences: vecdot conjugates x, which defeats the complex step)
+    np.testing.assert_allclose(result.dvalue.toarray(),
+                               numerical_jacobian(f, x0, method="central"),
+                               rtol=1e-8, atol=1e-8)
+    expected = np.zeros((3, 6))
+    for i in range(2):
+        for j in range(3):
+            expected[j, 3 * i + j] = y[i, j]   # d sum_i x[i, j] y[i, j] / d x[i, j]
+    np.testing.assert_array_equal(result.dvalue.toarray(), expected)
