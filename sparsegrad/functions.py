@@ -25,7 +25,8 @@ import scipy.sparse
 
 from . import _backend
 from . import _jacobian as jac
-from ._value import value, nvalue, make, broadcast_jacobian
+from ._value import value, nvalue, make, broadcast_jacobian, coerce
+from .sparse import SparseMatrix
 
 __all__ = ["where", "dot", "sum", "hstack", "stack", "branch", "apply", "asdifferentiable",
            "exp", "log", "sqrt", "abs", "sign", "reciprocal", "square",
@@ -68,7 +69,7 @@ def where(cond, a, b):
     >>> where([True, False], 1.0, 2.0)
     array([1., 2.])
     """
-    return np.where(cond, a, b)
+    return np.where(cond, coerce(a), coerce(b))
 
 
 def sum(x):
@@ -111,6 +112,9 @@ def dot(A, x):
     >>> dot(A, np.ones(2))
     array([3., 3.])
     """
+    x = coerce(x)
+    if isinstance(A, SparseMatrix):  # (np.dot would see it as one opaque element)
+        return A @ x
     if isinstance(x, value) or isinstance(A, value):
         return np.dot(A, x)
     if scipy.sparse.issparse(A):
@@ -157,7 +161,7 @@ def hstack(arrays):
     >>> hstack([1, np.array([2, 3])])
     array([1, 2, 3])
     """
-    pieces = [np.atleast_1d(piece) for piece in arrays]
+    pieces = [np.atleast_1d(coerce(piece)) for piece in arrays]
     for piece in pieces:
         if np.ndim(piece) != 1:
             raise ValueError("sparsegrad hstack/stack joins 1-d and scalar pieces; got a "
@@ -225,9 +229,11 @@ def branch(cond, iftrue, iffalse):
         if mask.any():
             index = np.nonzero(mask)
             index = index[0] if mask.ndim == 1 else index
-            computed.append((index, function(index)))
+            computed.append((index, coerce(function(index))))
     forwards = [v for _, v in computed if isinstance(v, value)]
-    dtype = np.result_type(*[nvalue(v) for _, v in computed]) if computed else np.float64
+    # (Python numbers stay weak, as in numpy: a branch returning 0.0 keeps float32)
+    dtype = np.result_type(*[v if type(v) in (int, float, complex) else nvalue(v)
+                             for _, v in computed]) if computed else np.float64
     if forwards:
         result = np.zeros(cond.shape, dtype=dtype, like=forwards[0])
     else:
@@ -337,7 +343,7 @@ def apply(function, args):
     if not isinstance(function, differentiable):
         raise TypeError("apply needs a function made by asdifferentiable, not %s"
                         % type(function).__name__)
-    args = tuple(args)
+    args = tuple(coerce(a) for a in args)
     forwards = [(i, x) for i, x in enumerate(args) if isinstance(x, value)]
     if not forwards:
         if function.f is not None:

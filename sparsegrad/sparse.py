@@ -51,6 +51,14 @@ def _sum_into(slot, n_out, values):
     column, so that for a forward ``values`` the Jacobian is ``S @ J``: the
     rows of ``J`` summed, never a dense intermediate.
     """
+    if not _is_forward(values) and np.asarray(values).dtype.kind in "biu":
+        # integer and bool values are summed in their own dtype, exactly, as scipy
+        # does (a float product would round integers beyond 2**53 and turn bools
+        # into counts)
+        values = np.asarray(values)
+        out = np.zeros((n_out,) + values.shape[1:], dtype=values.dtype)
+        np.add.at(out, np.asarray(slot, _INDEX), values)
+        return out
     dtype = np.result_type(nvalue(values).dtype, np.float32)  # keeps float32 float32
     S = scipy.sparse.csr_matrix(
         (np.ones(len(slot), dtype), (np.asarray(slot, _INDEX), np.arange(len(slot)))),
@@ -134,8 +142,9 @@ def _check_coordinates(name, coords, bound, axis):
 def _check_data(name, data, n):
     """The values as a 1-d forward value or ndarray of length ``n`` (never the user's array)."""
     if _is_forward(data):
-        if data.ndim != 1:
-            data = data.reshape(-1)
+        # a copy too: assigning into the user's forward value later (``d[0] = ...``)
+        # must not reach the matrix
+        data = data.reshape(-1) if data.ndim != 1 else data.copy()
     else:
         data = np.array(data).reshape(-1)  # a copy: the user's array is never shared
         if data.dtype == object:
@@ -230,6 +239,33 @@ class SparseMatrix:
         holder[()] = self
         return holder
 
+    def __array_function__(self, func, types, args, kwargs):
+        # numpy functions would see the object holder of __array__ and compute with
+        # the matrix as one opaque element (np.dot(v, A) an object array of scaled
+        # matrices): the few with a meaning are mapped to methods, the rest refused
+        if func is np.dot and len(args) == 2 and not kwargs:
+            a, b = args
+            if _is_scalar(a) or _is_scalar(b):
+                return a * b
+            return a @ b
+        if func is np.transpose and len(args) == 1 and not kwargs:
+            return self.transpose()
+        if func is np.shape and len(args) == 1 and not kwargs:
+            return self.shape
+        if func is np.ndim and len(args) == 1 and not kwargs:
+            return 2
+        raise TypeError("numpy.%s is not supported on a sparsegrad.sparse.SparseMatrix "
+                        "(it would treat the matrix as one opaque element); use its "
+                        "operators and methods (@, +, .multiply, .sum, .T), or "
+                        ".toarray() for the dense matrix" % getattr(func, "__name__", func))
+
+    def __eq__(self, other):
+        raise TypeError("sparsegrad.sparse: comparison of sparse matrices is not "
+                        "supported; compare A.value (the plain scipy matrix)")
+
+    __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __eq__
+    __hash__ = None  # (as scipy's matrices)
+
     def __bool__(self):
         raise ValueError("the truth value of a sparse matrix is ambiguous")
 
@@ -319,9 +355,16 @@ class SparseMatrix:
         if axis not in (0, 1, -1, -2):
             raise ValueError("sparsegrad.sparse: axis %d out of range for a matrix" % axis)
         p = self._pattern
+        data = self._data
+        if not self.is_forward and data.dtype.kind in "biu":
+            # scipy's accumulator: small integers and bools are summed as np.int_
+            # (np.uint for unsigned), as np.sum does
+            wide = np.uint if data.dtype.kind == "u" and np.can_cast(data.dtype, np.uint) \
+                else np.int_ if np.can_cast(data.dtype, np.int_) else data.dtype
+            data = data.astype(wide)
         if axis in (1, -1):
-            return _sum_into(p.rows, p.shape[0], self._data).reshape(p.shape[0], 1)
-        return _sum_into(p.indices, p.shape[1], self._data).reshape(1, p.shape[1])
+            return _sum_into(p.rows, p.shape[0], data).reshape(p.shape[0], 1)
+        return _sum_into(p.indices, p.shape[1], data).reshape(1, p.shape[1])
 
     # ---- products ---------------------------------------------------------------
     def __matmul__(self, other):

@@ -25,7 +25,7 @@ import types
 
 import numpy as np
 
-from ._value import value, nvalue
+from ._value import value, nvalue, coerce
 
 __all__ = ["sparsevec", "sparsesum", "sparsesum_bare"]
 
@@ -93,8 +93,15 @@ def sparsesum(terms, return_sparse=False):
 
 def _flat_terms(n, terms):
     """All indices (checked, in ``[0, n)``) and all values of ``terms`` as two vectors."""
+    terms = [(idx, coerce(v)) for idx, v in terms]
     indices, values = [], []
+    # Python numbers are weak, as in numpy: a constant 1.0 added to float32 forward
+    # values keeps them float32
+    weak = np.result_type(*[v if type(v) in (int, float, complex) else nvalue(v)
+                            for _, v in terms])
     for idx, v in terms:
+        if type(v) in (int, float, complex):
+            v = np.asarray(v, dtype=weak)
         idx = np.atleast_1d(nvalue(idx))
         if idx.size == 0:
             idx = idx.astype(np.intp)
