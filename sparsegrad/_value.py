@@ -276,6 +276,10 @@ class value(NDArrayOperatorsMixin):
 
     @pooled
     def __array_function__(self, func, types, args, kwargs):
+        if _FOREIGN.intersection(types):
+            # (numpy then asks the other type: a sparse matrix maps np.dot(x, A)
+            # to x @ A, or refuses by name)
+            return NotImplemented
         if func in _functions.CREATION:
             return _functions.create(func, self, args, kwargs)
         implementation = _functions.FUNCTIONS.get(func)
@@ -520,3 +524,8 @@ def cast_is_constant(name, seed, result_kind, input_kinds):
 # the protocol implementations are built on the names above and import this
 # module: imported last, once, instead of inside every protocol call
 from . import _functions, _ufuncs  # noqa: E402  (circular by design)
+from .sparse import SparseMatrix  # noqa: E402
+
+# types with their own __array_function__ that handle numpy functions of a
+# forward value and themselves
+_FOREIGN = frozenset([SparseMatrix])

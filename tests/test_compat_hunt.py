@@ -139,3 +139,15 @@ def test_lists_holding_forward_values(f):
     reference = numerical_jacobian(lambda v: np.asarray(f(v), dtype=np.float64), X0,
                                    method="central")
     np.testing.assert_allclose(dense(y.dvalue), reference, rtol=1e-7, atol=1e-9)
+
+
+def test_dot_of_a_forward_value_and_a_sparse_matrix():
+    # the forward value first: numpy asks the matrix too, which maps np.dot to @
+    x0 = np.array([1.0, 2.0, 3.0])
+    M = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0], [4.0, 0.0, 5.0]])
+    A = sparse.csr_matrix(scipy.sparse.csr_matrix(M))
+    y = np.dot(forward.seed(x0), A)
+    np.testing.assert_allclose(y.value, x0 @ M)
+    np.testing.assert_array_equal(y.dvalue.toarray(), M.T)
+    with pytest.raises(TypeError, match="not supported on a sparsegrad.sparse"):
+        np.concatenate([forward.seed(x0), A])
