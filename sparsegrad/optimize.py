@@ -35,7 +35,7 @@ STATUS = {
     2: "converged: Newton step below xtol",
     0: "stopped by the callback",
     -1: "maximum number of iterations reached",
-    -2: "linear solve failed (singular or ill-conditioned Jacobian)",
+    -2: "linear solve failed (singular, ill-conditioned or non-finite Jacobian)",
     -3: "residual is not finite",
     -4: "line search failed: no step length reduces the residual norm",
     -5: "diverged: residual norm grew beyond divtol times the initial norm",
