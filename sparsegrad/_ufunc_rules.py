@@ -66,7 +66,8 @@ DERIVATIVES = {
     np.negative: (-1,),
     np.positive: (1,),
     np.remainder: (1, lambda x, y, out: -np.floor_divide(x, y)),
-    np.fmod: (1, lambda x, y, out: -np.trunc(x / y)),
+    # (the quotient of the value: trunc(x / y) can round up to the next integer)
+    np.fmod: (1, lambda x, y, out: -np.rint((x - out) / y)),
     np.nextafter: (1, 0),
     np.ldexp: (lambda x, i, out: np.ldexp(np.ones_like(x), i), None),
     # ---- powers and roots --------------------------------------------------

@@ -36,13 +36,21 @@ def apply(ufunc, method, inputs, kwargs):
         return _call(ufunc, inputs, kwargs)
     name = rules.rule_name(ufunc)
     if method == "reduce" and ufunc in _REDUCTIONS:
+        x = coerce(inputs[0])
         axis = kwargs.pop("axis", 0)
         _refuse_keywords(name + ".reduce", kwargs, ("dtype", "keepdims"))
-        return _REDUCTIONS[ufunc](inputs[0], axis=axis, **kwargs)
+        if np.ndim(plain(x)) == 0 and isinstance(axis, int) and axis in (0, -1):
+            axis = None  # (numpy lets the one axis of a 0-d array be named so)
+        # numpy casts the input to dtype= first (the real parts of complex
+        # values for a real dtype: a product of real parts; np.max takes no dtype=)
+        x = _cast(x, kwargs.pop("dtype", None), name + ".reduce")
+        return _REDUCTIONS[ufunc](x, axis=axis, **kwargs)
     if method == "accumulate" and ufunc in _ACCUMULATIONS:
-        axis = kwargs.pop("axis", 0)
+        x = coerce(inputs[0])
+        axis = _accumulation_axis(name, np.ndim(plain(x)), kwargs.pop("axis", 0))
         _refuse_keywords(name + ".accumulate", kwargs, ("dtype",))
-        return _ACCUMULATIONS[ufunc](inputs[0], axis=axis, **kwargs)
+        x = _cast(x, kwargs.pop("dtype", None), name + ".accumulate")
+        return _ACCUMULATIONS[ufunc](x, axis=axis, **kwargs)
     if method == "at" and ufunc in (np.add, np.subtract):
         target, indices = inputs[0], inputs[1]
         increment = inputs[2] if len(inputs) > 2 else None
@@ -57,6 +65,42 @@ def apply(ufunc, method, inputs, kwargs):
         _scatter_add(target, indices, increment)
         return None
     raise unsupported("%s.%s" % (name, method), "this ufunc method has no derivative rule")
+
+
+def _accumulation_axis(name, ndim, axis):
+    """The one axis of ``ufunc.accumulate`` as numpy reads it (``np.cumsum`` would
+    flatten an n-d array for ``axis=None``, where numpy's accumulate refuses)."""
+    if ndim == 0:
+        raise TypeError("%s.accumulate: cannot accumulate on a scalar" % name)
+    if isinstance(axis, tuple):
+        if len(axis) != 1:
+            raise ValueError("%s.accumulate: accumulate does not allow multiple axes"
+                             % name)
+        axis = axis[0]
+    if axis is None:
+        if ndim != 1:
+            raise ValueError("%s.accumulate: accumulate does not allow multiple axes"
+                             % name)
+        axis = 0
+    return axis
+
+
+def _cast(x, dtype, name):
+    """``x`` cast to ``dtype`` as a reduction with ``dtype=`` casts its input."""
+    if dtype is None:
+        return x
+    if np.dtype(dtype).kind not in "biufc":
+        raise unsupported(name, "dtype=%s" % np.dtype(dtype))
+    return x.astype(dtype) if isinstance(x, value) else np.asarray(x).astype(dtype)
+
+
+def _real(x):
+    """The real part of a complex operand (forward or plain); others unchanged."""
+    if isinstance(x, value):
+        if x.dtype.kind != "c":
+            return x
+        return make(np.real(x._value), real_part(x._jacobian))
+    return x.real if np.iscomplexobj(x) else x
 
 
 def _refuse_keywords(name, kwargs, allowed):
@@ -92,12 +136,29 @@ def _call(ufunc, inputs, kwargs):
     if category in ("unsupported", "unclassified"):
         raise unsupported(rules.rule_name(ufunc),
                           rules.UNSUPPORTED.get(ufunc, "no derivative rule"))
+    if any(scipy.sparse.issparse(v) for v in values):
+        # (numpy would make an object array of sparse matrices)
+        raise unsupported(rules.rule_name(ufunc), "a scipy sparse operand; use A @ x "
+                          "for a matrix product, or A.toarray() for elementwise "
+                          "arithmetic")
     forwards = [(i, x) for i, x in enumerate(inputs) if isinstance(x, value)]
     out = _backend.asarray(ufunc(*values, **kwargs))
     if not forwards:  # only an out= target is a forward value
         return out
     seed = jac.common_seed([x._jacobian for _, x in forwards])
     kind = out.dtype.kind
+    if kind not in "biufc":
+        # (an object operand: numpy calls the method of each element, and the
+        # derivative of what it computes is unknown)
+        raise unsupported(rules.rule_name(ufunc), "a result of dtype %s (an operand "
+                          "of object dtype?)" % out.dtype)
+    if kind == "f" and ufunc is not np.absolute and any(np.iscomplexobj(v)
+                                                        for v in values):
+        # a real loop of complex inputs (dtype=float, casting="unsafe"): numpy took
+        # their real parts, whose Jacobians are the real parts of theirs
+        check_inexact_seed(rules.rule_name(ufunc) + " to a real dtype",
+                           [x for _, x in forwards])
+        return _call(ufunc, [_real(x) for x in inputs], kwargs)
     if kind == "c" and ufunc in rules.REAL_ONLY:
         raise unsupported(rules.rule_name(ufunc), rules.REAL_ONLY[ufunc])
     if category == "piecewise_constant" or ((kind not in "fc" or seed.complex) and (
@@ -117,7 +178,7 @@ def _call(ufunc, inputs, kwargs):
     # partial ``c``) is copied, or writing into ``c`` later would change the Jacobian
     constants = [v for v, x in zip(values, inputs)
                  if not isinstance(x, value) and getattr(v, "ndim", 0)]
-    values = _at_precision(values, out.dtype)
+    values = _at_precision(values, out.dtype, partials)
     if category == "selection":
         first = np.broadcast_to(rules.SELECTIONS[ufunc](*values, out), out.shape).ravel()
         terms = [jac.mask_rows(broadcast_jacobian(x, out.shape),
@@ -217,18 +278,23 @@ def _common_operands(ufunc, inputs):
     return forwards, precise, out, constants
 
 
-def _at_precision(values, dtype):
+def _at_precision(values, dtype, partials=None):
     """Inputs as arrays for the derivative rules, in the precision of the result.
 
     Python numbers and lower-precision inexact arrays are cast to ``dtype`` so
     that partial derivatives are as accurate as the value (a Python float next
-    to a longdouble array, float32 inputs of float_power).
+    to a longdouble array, float32 inputs of float_power).  Integer and bool
+    arrays are cast to an inexact ``dtype`` too, as numpy's loop casts them
+    (``x * x`` of a uint8 array would wrap around, ``-b`` of a bool array is
+    an error, ``log1p`` of a bool is float16), in at least double precision,
+    except an integer argument of the rule (``partials[i] is None``: the
+    exponent of ``ldexp``).
     """
     if all(type(v) is np.ndarray and v.dtype == dtype for v in values):
         return values  # (the common case: nothing to cast)
     inexact = dtype.kind in "fc"
     cast = []
-    for v in values:
+    for i, v in enumerate(values):
         if isinstance(v, (float, complex)) and inexact:
             v = np.asarray(v, dtype=np.result_type(dtype, type(v)))
         elif (isinstance(v, np.ndarray) or _backend.of(v) is not _backend.CPU) \
@@ -237,6 +303,10 @@ def _at_precision(values, dtype):
             v = v.astype(dtype)
         else:
             v = _backend.asarray(v)
+            if inexact and v.dtype.kind in "biu" and not (
+                    partials is not None and partials[i] is None):
+                # (at least double: an integer is exact there, also next to float16)
+                v = v.astype(np.result_type(dtype, np.float64))
         cast.append(v)
     return cast
 
@@ -274,7 +344,10 @@ def _scatter_add(target, indices, increment):
     rows = row_index(target.shape)[row_indices]
     if isinstance(increment, value):  # (checked before anything is written)
         source = _broadcast_rows(increment.shape, rows.shape).ravel()
-        jac.common_seed([target._jac, increment._jacobian])
+        seed = jac.common_seed([target._jac, increment._jacobian])
+        if seed.complex and increment.dtype.kind == "c" and target.dtype.kind != "c":
+            check_inexact_seed(rules.rule_name(np.add) + ".at into a real target",
+                               [increment])
     increment_array = nvalue(increment)  # (before the copy: ``increment`` may be ``target``)
     if not target._owns:  # copy on write, as in value.__setitem__
         target._array = target._array.copy()
@@ -282,7 +355,12 @@ def _scatter_add(target, indices, increment):
     np.add.at(target._array, indices, increment_array)
     if not isinstance(increment, value):
         return
+    kind = target.dtype.kind
+    if kind not in "fc":  # (an integer target: piecewise constant, as astype(int))
+        return
     J_inc = jac.take_rows(increment._jacobian, source)
+    if kind == "f" and increment.dtype.kind == "c" and not J_inc.seed.pattern_only:
+        J_inc = real_part(J_inc)  # (numpy adds the real part)
     scatter = jac.CSR((target.size, len(source)), *_scatter_pattern(rows.ravel(),
                                                                    target.size))
     target._jac = jac.add([target._jacobian, jac.left_multiply(scatter, J_inc)])
