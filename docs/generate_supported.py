@@ -141,7 +141,7 @@ def generate():
         "is called on a forward value; a derivative is never silently dropped.",
         "",
         "Counts: %d differentiable numpy ufuncs, %d scipy.special ufuncs, %d selections,"
-        % (len(numpy_rules), len(scipy_rules), len(rules.SELECTIONS)),
+        % (len(numpy_rules), len(scipy_rules), len(rules.SELECTIONS) + len(rules.SECOND_WHERE)),
         "%d piecewise-constant ufuncs, %d predicates, %d unsupported ufuncs; %d"
         % (len(rules.PIECEWISE_CONSTANT), len(rules.PREDICATES), len(rules.UNSUPPORTED),
            len(differentiable)),
@@ -180,6 +180,14 @@ def generate():
         "",
     ]
     out += _bullets(rules.SELECTIONS)
+    out += [
+        "",
+        "The second argument where a condition on the first holds, a constant elsewhere",
+        "(`SECOND_WHERE`; `heaviside(x, h)` is `h` where `x == 0`): its Jacobian rows",
+        "there, selected in the same way.",
+        "",
+    ]
+    out += _bullets(rules.SECOND_WHERE)
     out += [
         "",
         "### Piecewise constant",

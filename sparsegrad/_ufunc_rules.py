@@ -13,6 +13,9 @@ one category, kept as data:
     ufunc -> ``mask(x, y, out)``, True where the output is taken from the first
     argument (``maximum`` and friends); differentiated by selection, so an
     inf/nan Jacobian entry of the unselected argument never leaks.
+``SECOND_WHERE``
+    ufunc -> ``mask(x, y, out)``, True where the output is the second argument
+    itself and constant elsewhere (``heaviside``); differentiated by selection.
 ``PIECEWISE_CONSTANT``
     zero derivative wherever defined (``floor``, ``sign``, ...).
 ``PREDICATES``
@@ -32,7 +35,7 @@ array(1.)
 """
 import numpy as np
 
-__all__ = ["DERIVATIVES", "SELECTIONS", "PIECEWISE_CONSTANT", "PREDICATES",
+__all__ = ["DERIVATIVES", "SELECTIONS", "SECOND_WHERE", "PIECEWISE_CONSTANT", "PREDICATES",
            "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "REAL_ONLY", "classify",
            "rule_name"]
 
@@ -135,9 +138,15 @@ REAL_ONLY = {
     np.sign: "complex values (sign(z) = z/|z|); write z / np.abs(z) where z != 0",
 }
 
+#: ufunc -> mask(x, y, out), True where the output is the second argument itself;
+#: elsewhere it is constant (in both arguments).  Differentiated by selection, as
+#: ``SELECTIONS``: no inf/nan of the second argument's Jacobian leaks.
+SECOND_WHERE = {
+    np.heaviside: lambda x, h, out: x == 0,  # 0 for x < 0, h at 0, 1 for x > 0
+}
+
 PIECEWISE_CONSTANT = frozenset([
-    np.floor, np.ceil, np.trunc, np.rint, np.sign, np.heaviside, np.floor_divide,
-    np.spacing,
+    np.floor, np.ceil, np.trunc, np.rint, np.sign, np.floor_divide, np.spacing,
 ])
 
 PREDICATES = frozenset([
@@ -241,6 +250,7 @@ def classify(ufunc):
 
 def _category(ufunc):
     for name, table in (("differentiable", DERIVATIVES), ("selection", SELECTIONS),
+                        ("selection", SECOND_WHERE),
                         ("piecewise_constant", PIECEWISE_CONSTANT),
                         ("predicate", PREDICATES), ("linear_algebra", LINEAR_ALGEBRA),
                         ("unsupported", UNSUPPORTED)):
@@ -254,7 +264,7 @@ def _check_arity():
         if len(partials) != ufunc.nin:
             raise AssertionError("rule for %s has %d partials, ufunc takes %d inputs"
                                  % (ufunc.__name__, len(partials), ufunc.nin))
-    for ufunc in SELECTIONS:
+    for ufunc in list(SELECTIONS) + list(SECOND_WHERE):
         assert ufunc.nin == 2, ufunc
 
 

@@ -180,10 +180,15 @@ def _call(ufunc, inputs, kwargs):
                  if not isinstance(x, value) and getattr(v, "ndim", 0)]
     values = _at_precision(values, out.dtype, partials)
     if category == "selection":
-        first = np.broadcast_to(rules.SELECTIONS[ufunc](*values, out), out.shape).ravel()
-        terms = [jac.mask_rows(broadcast_jacobian(x, out.shape),
-                               first if i == 0 else ~first) for i, x in forwards]
-        return make(out, jac.add(terms))
+        if ufunc in rules.SELECTIONS:
+            first = np.broadcast_to(rules.SELECTIONS[ufunc](*values, out), out.shape).ravel()
+            masks = (first, ~first)
+        else:  # (the second argument where the mask holds, a constant elsewhere)
+            masks = (None, np.broadcast_to(rules.SECOND_WHERE[ufunc](*values, out),
+                                           out.shape).ravel())
+        terms = [jac.mask_rows(broadcast_jacobian(x, out.shape), masks[i])
+                 for i, x in forwards if masks[i] is not None]
+        return make(out, jac.add(terms) if terms else jac.zero(seed, out.size))
     return _differentiate(ufunc, forwards, values, out, constants)
 
 

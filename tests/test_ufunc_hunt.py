@@ -180,10 +180,6 @@ def test_fmod_partial_is_the_quotient_of_the_value():
     np.testing.assert_array_equal(np.diag(_jac(y)), [-9.0, 9.0, 9.0, -3.0, 0.0, 3.0])
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: np.heaviside is in PIECEWISE_CONSTANT, "
-                   "and tests/test_ufunc_rules.py::test_piecewise_constant_binary"
-                   "[np.heaviside-*-pyscalar_fwd] asserts the zero Jacobian of "
-                   "heaviside(0.0, x) = x")
 def test_heaviside_is_its_second_argument_where_the_first_is_zero():
     x = forward.seed(np.array([0.0, -1.0, 2.0, 0.0]))
     y = np.heaviside(x[:2, None] * 1.0, x[2:])

@@ -141,7 +141,6 @@ PIECEWISE_CASES = {
     np.rint: _case((-3, 3), dtypes=REAL),
     np.sign: _case((-3, 3), dtypes=REAL),
     np.spacing: _case((-3, 3), dtypes=REAL),
-    np.heaviside: _case((-3, 3), (0, 1), dtypes=REAL),
     np.floor_divide: _case((-3, 3), (0.5, 2), dtypes=REAL),
 }
 
@@ -149,6 +148,7 @@ SHAPES = [(), (5,), (2, 3), (2, 1, 3)]
 SCIPY_SPECIAL_REQUIRED = [sc.erf, sc.erfc, sc.erfcx, sc.expit, sc.logit, sc.xlogy,
                           sc.gammaln]
 TABLES = {"DERIVATIVES": rules.DERIVATIVES, "SELECTIONS": rules.SELECTIONS,
+          "SECOND_WHERE": rules.SECOND_WHERE,
           "PIECEWISE_CONSTANT": rules.PIECEWISE_CONSTANT, "PREDICATES": rules.PREDICATES,
           "LINEAR_ALGEBRA": rules.LINEAR_ALGEBRA, "UNSUPPORTED": rules.UNSUPPORTED}
 
