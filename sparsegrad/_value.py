@@ -232,10 +232,12 @@ class value(NDArrayOperatorsMixin):
             # the source's Jacobian before this write (``new`` may be ``self``)
             piece = new._jacobian
             seed = jac.common_seed([self._jac, piece])
-            if seed.complex and np.iscomplexobj(new._array) \
-                    and not np.iscomplexobj(self._array):
-                # (numpy keeps the real part, which has no complex derivative)
-                raise _not_complex_differentiable("writing into a real array")
+            if np.iscomplexobj(new._array) and not np.iscomplexobj(self._array):
+                # numpy keeps the real part, which has no complex derivative; for a
+                # real seed its Jacobian is the real part of the source's
+                if seed.complex:
+                    raise _not_complex_differentiable("writing into a real array")
+                piece = _ufuncs.real_part(piece)
             source_rows = _broadcast_rows(new.shape, target_rows.shape)
             new_array = new._value
         else:
@@ -271,6 +273,12 @@ class value(NDArrayOperatorsMixin):
         if out is None:
             return result
         target = out[0]
+        casting = kwargs.get("casting", "same_kind")
+        if not np.can_cast(nvalue(result).dtype, target.dtype, casting):
+            # (numpy refuses such an out= before computing anything)
+            raise TypeError("%s: cannot cast the result from %s to the out= array's %s "
+                            "with casting=%r" % (rules.rule_name(ufunc), nvalue(result).dtype,
+                                                 target.dtype, casting))
         target[...] = result
         return target
 

@@ -1,5 +1,7 @@
 """Regression tests for bugs found by a hunt through index writes, the function
 API, the linear solvers and Newton's method."""
+import warnings
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
@@ -95,3 +97,38 @@ def test_newton_needs_a_whole_number_of_iterations():
     with pytest.raises(TypeError):
         newton(lambda x: x - 1.0, np.zeros(2), maxiter=2.5)
     assert newton(lambda x: x - 1.0, np.zeros(2), maxiter=np.int64(3)).success
+
+
+# ---- real results of complex values: the real part's Jacobian, also later -------------
+
+def test_a_complex_value_written_into_a_real_array_keeps_the_real_part_of_its_jacobian():
+    x0 = np.array([0.5, 1.5])
+    x = forward.seed(x0)
+    t = x * 1.0
+    with pytest.warns(np.exceptions.ComplexWarning):
+        t[:] = x * (1 + 2j)
+    y = t * 1j                           # complex arithmetic after the write
+    assert_array_equal(y.value, x0 * 1j)
+    assert_array_equal(y.dvalue.toarray(), np.diag([1j, 1j]))
+
+
+@pytest.mark.parametrize("reduction", [np.prod, np.sum, np.mean, np.cumprod, np.cumsum])
+def test_reductions_with_a_real_dtype_cast_complex_values_first(reduction):
+    x0 = np.array([0.5, 1.5, 2.0])
+    x = forward.seed(x0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        y = reduction(x * (1 + 2j), dtype=float) * 1j
+        assert_allclose(y.value, reduction(x0 * (1 + 2j), dtype=float) * 1j)
+    # numpy casts first: the reduction of the real parts x0
+    expected = numerical_jacobian(lambda v: reduction(v, dtype=float), x0, method="central")
+    assert_allclose(y.dvalue.toarray(), 1j * np.atleast_2d(expected), rtol=1e-8, atol=1e-8)
+
+
+def test_out_follows_numpys_casting_rules():
+    x = forward.seed(np.array([0.5, 1.5]))
+    target = np.zeros(2, like=x).astype(np.float32)
+    with pytest.raises(TypeError, match="cannot cast"):
+        np.add(x, 1.0, out=target, casting="safe")
+    np.add(x, 1.0, out=target)          # same_kind: float64 -> float32 allowed
+    assert_array_equal(target.value, np.array([1.5, 2.5], np.float32))
