@@ -35,6 +35,7 @@ from . import _jacobian as jac
 from ._errors import unsupported
 from ._fast import kernels
 from ._indexing import row_index
+from ._deferred import Deferred, compute
 from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
                      check_inexact_seed)
 
@@ -180,7 +181,20 @@ def _host(indices):
 
 
 # ---- data movement -----------------------------------------------------------------
-def _move(apply, operands, fills=False):
+_DEFERRABLE = (np.ndarray, Deferred)
+
+
+def _holds_arrays(args, kwargs):
+    """Whether arguments of a call hold an array or a list (the caller may change it
+    before a deferred value is computed: that call is computed now)."""
+    def mutable(v):
+        if isinstance(v, tuple):
+            return any(mutable(item) for item in v)
+        return isinstance(v, (np.ndarray, list, dict, value))
+    return any(mutable(v) for v in list(args) + list(kwargs.values()))
+
+
+def _move(apply, operands, fills=False, defer=False):
     """Apply a data-movement function to values and to Jacobian row numbers.
 
     ``apply(arrays, rows)`` is called once with the values (``rows=False``) and
@@ -189,12 +203,25 @@ def _move(apply, operands, fills=False):
     constants) become zero Jacobian rows.  ``fills``: ``apply`` fills whatever
     it adds with ``-1`` itself when ``rows`` is true (never with a zero of its
     own making), so the row numbers go in as they are and constants as ``-1``:
-    two passes over the rows fewer.
+    two passes over the rows fewer.  In sparsity mode a float64 result is
+    deferred when the caller says ``defer`` (its ``apply`` keeps the dtype of
+    float64 values and holds none of the caller's arrays, which could change
+    before the value is read), computed when read from the values as they are
+    now.
     """
     operands = [coerce(o) for o in operands]
-    values = [nvalue(o) for o in operands]
-    result = apply(values, False)
     forwards = _forwards(operands)
+    deferred = (defer and forwards and forwards[0]._jacobian.seed.pattern_only
+                and all(type(o._raw if isinstance(o, value) else o) in _DEFERRABLE
+                        and o.dtype == np.float64 for o in operands))
+    if deferred:
+        for x in forwards:
+            x._owns = False  # (its array is kept)
+        values = [o._raw if isinstance(o, value) else o.copy() for o in operands]
+        result = None
+    else:
+        values = [nvalue(o) for o in operands]
+        result = apply(values, False)
     jacobians = [x._jacobian for x in forwards]
     offset = 0 if fills else 1
     numbers_ = []
@@ -207,6 +234,12 @@ def _move(apply, operands, fills=False):
         else:
             numbers_.append(np.full(np.shape(v), -1 if fills else 0, dtype=INDEX_DTYPE))
     rows = apply(numbers_, True)
+    if deferred:
+        if isinstance(rows, (list, tuple)):  # (several results: computed now)
+            result = apply([compute(v) for v in values], False)
+        else:
+            result = Deferred(lambda *arrays: apply(list(arrays), False), values,
+                              np.shape(rows), np.float64)
     stacked = jac.vstack(jacobians)
 
     def pair(v, r):
@@ -257,6 +290,12 @@ def _reshaping(function, order_position):
         if order != "C" or not isinstance(a, value):
             return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
         a._owns = False  # the result may be a view of its value
+        raw = a._raw
+        if type(raw) is Deferred and not _holds_arrays(args, kwargs):
+            # (sparsity mode: deferred too; numpy's shape)
+            shape = function(np.empty(raw.shape, raw.dtype), *args, **kwargs).shape
+            return make(Deferred(lambda array: function(array, *args, **kwargs), (raw,),
+                                 shape, raw.dtype), a._jacobian)
         return make(function(a._value, *args, **kwargs), a._jacobian)
     return reshaped
 
@@ -338,7 +377,7 @@ def _pad(array, pad_width, mode="constant", **kwargs):
         if rows and mode == "constant":
             options["constant_values"] = -1  # padding is constant: zero rows
         return np.pad(arrays[0], pad_width, mode=mode, **options)
-    return _move(apply, [array], fills=True)
+    return _move(apply, [array], fills=True, defer=not _holds_arrays((), kwargs))
 
 
 def _sequence_function(function):
@@ -355,7 +394,9 @@ def _sequence_function(function):
             if rows:
                 return function(arrs, *args, **kwargs)
             return function(arrs, *args, **options, **kwargs)
-        return _move(apply, arrays)
+        # (a dtype= may change the values' dtype: then they are computed now)
+        return _move(apply, arrays, defer="dtype" not in options and not _holds_arrays(
+            args, kwargs))
     return joined
 
 

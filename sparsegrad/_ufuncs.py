@@ -16,6 +16,7 @@ from . import _backend
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported
+from ._deferred import Deferred, compute
 from ._indexing import row_index
 from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
                      cast_is_constant, check_inexact_seed, _broadcast_rows, _device_keys)
@@ -232,11 +233,14 @@ def _pattern_union(forwards, out):
 
 
 _FLOAT64 = np.dtype(np.float64)
+_ARRAYS = (np.ndarray, Deferred)
+DEFER = True
 
 
 def _common_operands(ufunc, inputs):
     """``(forwards, values, out, constants)`` for :func:`_differentiate`, computing
-    ``out``, when the call is the common case of residual code; else None.
+    ``out`` (in sparsity mode deferring it: :mod:`sparsegrad._deferred`), when
+    the call is the common case of residual code; else None.
 
     The common case: a differentiable ufunc of float64 forward values of one
     (non-empty) shape, Python floats and ints, and float64 arrays of that shape
@@ -262,8 +266,9 @@ def _common_operands(ufunc, inputs):
             constants.append(x)
             precise.append(x)
         elif isinstance(x, value):
-            array = x._value
-            if (type(array) is not np.ndarray or array.dtype is not _FLOAT64
+            x._owns = False  # (its array is kept: an input of the result or a partial)
+            array = x._raw  # (a Deferred one in sparsity mode: kept so)
+            if (type(array) not in _ARRAYS or array.dtype is not _FLOAT64
                     or not array.ndim or (shape is not None and array.shape != shape)
                     or partials[i] is None):
                 return None
@@ -276,7 +281,12 @@ def _common_operands(ufunc, inputs):
         values.append(x)
     if not forwards or len(inputs) != ufunc.nin:
         return None
-    jac.common_seed([x._jacobian for _, x in forwards])
+    if jac.common_seed([x._jacobian for _, x in forwards]).pattern_only and DEFER:
+        # sparsity mode: the value when it is read (float64, as below), from the
+        # caller's arrays as they are now
+        values = [v.copy() if any(v is c for c in constants) else v for v in values]
+        return forwards, precise, Deferred(ufunc, values, shape, _FLOAT64), constants
+    values = [compute(v) for v in values]
     out = ufunc(*values)
     if out.dtype is not _FLOAT64:  # (no rule of a float64 ufunc gives another dtype)
         return None

@@ -16,6 +16,7 @@ array([[ 5.437,  2.718],
        [ 7.389,  7.389]])
 """
 import numbers
+import operator
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
@@ -24,6 +25,7 @@ from . import _backend
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
+from ._deferred import Deferred
 from ._indexing import Assembly, row_index
 from ._memory import pooled
 
@@ -52,18 +54,31 @@ class value(NDArrayOperatorsMixin):
         ``sparsity``).
     """
 
-    __slots__ = ("_array", "_jac", "_owns")
+    # (_raw: the array, or in sparsity mode a Deferred one, computed when read)
+    __slots__ = ("_raw", "_jac", "_owns")
     # take precedence over ndarray and scipy.sparse operands in Python operators
     __array_priority__ = 1000
 
     def __init__(self, array, jacobian):
-        self._array = array
+        self._raw = array
         self._jac = jacobian
         # True only while nothing outside holds _array (no view, no Jacobian that
         # keeps it as a row factor): only then may an index write go into it
         self._owns = False
 
     # ---- value and Jacobian ------------------------------------------------
+    @property
+    def _array(self):
+        """The array itself, computed first if it was deferred (sparsity mode)."""
+        raw = self._raw
+        if type(raw) is Deferred:
+            raw = self._raw = raw.compute()
+        return raw
+
+    @_array.setter
+    def _array(self, array):
+        self._raw = array
+
     @property
     def _value(self):
         """The value array for computing with: whoever reads it may keep it (a
@@ -93,8 +108,8 @@ class value(NDArrayOperatorsMixin):
     def dvalue(self):
         J = self._jacobian
         seed = J.seed
-        matrix = jac.to_scipy(J, jac.matrix_dtype(seed, self._array.dtype))
-        if seed.scalar and self._array.ndim == 0:
+        matrix = jac.to_scipy(J, jac.matrix_dtype(seed, self._raw.dtype))
+        if seed.scalar and self._raw.ndim == 0:
             return matrix.toarray().reshape(())
         return matrix
 
@@ -102,10 +117,11 @@ class value(NDArrayOperatorsMixin):
     sparsity = dvalue
 
     # ---- array attributes ---------------------------------------------------
-    shape = property(lambda self: self._array.shape)
-    ndim = property(lambda self: self._array.ndim)
-    size = property(lambda self: self._array.size)
-    dtype = property(lambda self: self._array.dtype)
+    # (known without computing a deferred value)
+    shape = property(lambda self: self._raw.shape)
+    ndim = property(lambda self: self._raw.ndim)
+    size = property(lambda self: self._raw.size)
+    dtype = property(lambda self: self._raw.dtype)
     T = property(lambda self: np.transpose(self))
     real = property(lambda self: np.real(self))
     imag = property(lambda self: np.imag(self))
@@ -204,6 +220,13 @@ class value(NDArrayOperatorsMixin):
     # ---- indexing ------------------------------------------------------------
     @pooled
     def _take(self, key):
+        raw = self._raw
+        if type(raw) is Deferred:
+            if _is_basic(key):
+                return self._deferred_read(raw, key)
+            if (raw.ndim == 1 and type(key) is np.ndarray and key.ndim == 1
+                    and key.dtype.kind in "iu"):
+                return self._deferred_gather(raw, key)
         assembly = isinstance(self._jac, Assembly)
         # an index array on the value's device: the row numbers are computed there
         # too (no copy of the index to the host); an Assembly's bookkeeping is on
@@ -220,6 +243,25 @@ class value(NDArrayOperatorsMixin):
             return make(result, self._jac.take_rows(rows))
         return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, row_key),
                                           may_be_empty=False))
+
+    def _deferred_read(self, raw, key):
+        """``self[key]`` of a deferred value by a basic key: deferred too (numpy's
+        checks of the key, and the shape, from an array of zero strides)."""
+        shape = np.broadcast_to(np.empty((), raw.dtype), raw.shape)[key].shape
+        rows = jac._readonly(row_index(self.shape)[key])
+        J = self._jacobian
+        return make(Deferred(operator.getitem, (raw, key), shape, raw.dtype),
+                    jac.take_rows(J, rows, _slice_key(self.shape, key), may_be_empty=False))
+
+    def _deferred_gather(self, raw, key):
+        """``self[key]`` of a deferred 1-d value by an integer index array: deferred
+        too, gathered by our copy of the row numbers (checked at once)."""
+        rows = jac._readonly(_rows_read(self.shape, key, np, self._jac.seed.index_rows))
+        if rows.size and rows.max() >= len(raw):
+            np.broadcast_to(np.empty((), raw.dtype), raw.shape)[key]  # (numpy's IndexError)
+        return make(Deferred(operator.getitem, (raw, rows), rows.shape, raw.dtype),
+                    jac.take_rows(self._jacobian, rows, _slice_key(self.shape, key),
+                                  may_be_empty=False))
 
     @pooled
     def __setitem__(self, key, new):
@@ -319,7 +361,7 @@ class _array_value(value):
     __getitem__ = value._take
 
     def __len__(self):
-        return len(self._array)
+        return len(self._raw)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -333,6 +375,12 @@ def _qualified_name(func):
     if module.startswith("numpy.fft"):
         return "fft." + func.__name__
     return func.__name__
+
+
+def _is_basic(key):
+    """Whether ``key`` indexes by integers, slices, None and Ellipsis only (a view)."""
+    parts = key if type(key) is tuple else (key,)
+    return all(type(k) in (int, slice) or k is None or k is Ellipsis for k in parts)
 
 
 def _plain_key(key):
@@ -482,8 +530,10 @@ def nvalue(x):
 
 
 def make(array, jacobian):
-    """A forward value from an array and a Jacobian (or :class:`Assembly`)."""
-    array = _backend.asarray(array)  # (device arrays stay on their device)
+    """A forward value from an array (or a :class:`Deferred` one) and a Jacobian
+    (or :class:`Assembly`)."""
+    if type(array) is not Deferred:
+        array = _backend.asarray(array)  # (device arrays stay on their device)
     return (_array_value if array.ndim else value)(array, jacobian)
 
 

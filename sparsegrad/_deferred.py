@@ -1,0 +1,82 @@
+"""Values computed when first read: sparsity mode's values.
+
+``forward.seed_sparsity`` propagates patterns, which never depend on values.
+Its forward values hold a :class:`Deferred` array where an operation has a
+deferred rule (the common case of ufuncs, basic-index reads, data movement):
+the numpy call with its inputs, and the shape and dtype it will give.  Reading
+the value (``.value``, a comparison, a predicate, ``branch``, a write, any
+function without a deferred rule) computes it, and everything it depends on,
+once.  A pattern that nobody reads the values of costs no numpy arithmetic.
+
+Inputs are kept as they were at the call: forward values' arrays (their
+owners copy before writing into them) and copies of the caller's arrays.
+
+>>> import numpy as np
+>>> d = Deferred(np.multiply, (np.arange(3.0), 2.0), (3,), np.dtype(np.float64))
+>>> d.shape, d.compute()
+((3,), array([0., 2., 4.]))
+"""
+import math
+
+import numpy as np
+
+__all__ = ["Deferred", "compute"]
+
+
+class Deferred:
+    """``function(*args)`` not computed yet; ``args`` may hold other ``Deferred``.
+
+    ``shape`` and ``dtype`` are those of the result, known without computing
+    it (numpy's own rules for the operation); :meth:`compute` checks them.
+    """
+
+    __slots__ = ("function", "args", "shape", "dtype", "_result")
+
+    def __init__(self, function, args, shape, dtype):
+        self.function = function
+        self.args = tuple(args)
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self._result = None
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: math.prod(self.shape))
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def compute(self):
+        """The array, computed once (and the inputs let go).
+
+        Iterative, not recursive: a loop of many operations in the caller's
+        code makes a chain longer than Python's recursion limit.
+        """
+        stack = [self]
+        while stack:
+            node = stack[-1]
+            if node._result is not None:
+                stack.pop()
+                continue
+            pending = [a for a in node.args if type(a) is Deferred and a._result is None]
+            if pending:
+                stack.extend(pending)
+                continue
+            result = node.function(*[a._result if type(a) is Deferred else a
+                                     for a in node.args])
+            if getattr(result, "shape", None) != node.shape or result.dtype != node.dtype:
+                raise RuntimeError(
+                    "sparsegrad internal error: a deferred value came out as %s %s, "
+                    "expected %s %s" % (getattr(result, "shape", None),
+                                        getattr(result, "dtype", type(result)),
+                                        node.shape, node.dtype))
+            node._result = result
+            node.function = node.args = None
+            stack.pop()
+        return self._result
+
+
+def compute(array):
+    """``array`` itself, or the array a :class:`Deferred` stands for."""
+    return array.compute() if type(array) is Deferred else array
