@@ -188,7 +188,15 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     out_rows = unique_key // max(n_cols, 1)
     indices = (unique_key - out_rows * max(n_cols, 1)).astype(INDEX_DTYPE)
     indptr = xp.zeros(n_rows + 1, dtype=INDEX_DTYPE)
-    xp.cumsum(xp.bincount(out_rows, minlength=n_rows), out=indptr[1:])
+    if xp is np:
+        xp.cumsum(xp.bincount(out_rows, minlength=n_rows), out=indptr[1:])
+    elif n_rows:
+        # cupy.bincount raises on an empty array whatever minlength is (it sizes
+        # its result by the maximum first: cupy/cupy issue 8116), and a Jacobian
+        # may have no entries; the rows are sorted, so the end of each row's run
+        # is a searchsorted (no device sync either)
+        indptr[1:] = xp.searchsorted(out_rows, xp.arange(n_rows, dtype=INDEX_DTYPE),
+                                     side="right")
     if values is None:
         return indptr, indices, None
     values = xp.asarray(values)[order]

@@ -190,7 +190,7 @@ class FakeDevice:
     """
 
     #: functions of arrays: numpy's, refusing host arrays
-    FUNCTIONS = ("argmax", "argsort", "bincount", "broadcast_to", "concatenate", "cumsum",
+    FUNCTIONS = ("argmax", "argsort", "broadcast_to", "concatenate", "cumsum",
                  "diff", "flatnonzero", "nonzero", "repeat", "searchsorted", "sort",
                  "unique", "where")
     #: creation functions: numpy's, results on the device
@@ -217,6 +217,19 @@ class FakeDevice:
             return ufunc
         raise AttributeError("the fake device has no %r (add it to FakeDevice if CuPy has it)"
                              % name)
+
+    def bincount(self, x, weights=None, minlength=None):
+        """numpy.bincount on the fake device, refusing an empty ``x`` as CuPy does.
+
+        CuPy sizes the result by ``int(cupy.max(x)) + 1`` before it looks at
+        ``minlength``, so an empty ``x`` raises ``ValueError`` there (cupy/cupy
+        issue 8116, whatever ``minlength`` is) where numpy returns zeros.
+        """
+        _refuse_host("fake.bincount", x, weights)
+        if len(x) == 0:
+            raise ValueError("zero-size array to reduction operation maximum which has no "
+                             "identity (cupy.bincount of an empty array)")
+        return _on_device(np.bincount(x, weights=weights, minlength=minlength or 0))
 
     def asarray(self, a, dtype=None):
         """``a`` on the device, like ``cupy.asarray``: host arrays are copied
