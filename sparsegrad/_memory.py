@@ -35,6 +35,8 @@ import collections
 import ctypes
 import ctypes.util
 import functools
+import numbers
+import operator
 import sys
 
 from ._fast import pool as _pool
@@ -44,6 +46,8 @@ __all__ = ["keep_freed_memory", "pooled", "memory_pool_info", "memory_pool_limit
            "release_memory_pool", "PoolInfo"]
 
 _DEFAULT_POOL_BYTES = 256 * 2 ** 20
+#: the largest limit the pool can hold (a C size_t)
+_MAX_POOL_BYTES = 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1
 
 PoolInfo = collections.namedtuple("PoolInfo", "enabled held_bytes limit reused fresh")
 PoolInfo.__doc__ = """State of sparsegrad's memory pool.
@@ -56,11 +60,30 @@ reused, fresh : pooled allocations served from freed memory, and by the C librar
 
 
 def _initial_limit():
-    return environment_int("SPARSEGRAD_MEMORY_POOL_BYTES", _DEFAULT_POOL_BYTES, 0, "bytes")
+    return environment_int("SPARSEGRAD_MEMORY_POOL_BYTES", _DEFAULT_POOL_BYTES, 0, "bytes",
+                           _MAX_POOL_BYTES)
 
 
+def _whole_bytes(nbytes, where):
+    """``nbytes`` as an int: an integer, or a float of integral value (``64e6``)."""
+    try:
+        return operator.index(nbytes)
+    except TypeError:
+        pass
+    if isinstance(nbytes, numbers.Real) and float(nbytes).is_integer():
+        return int(nbytes)
+    if isinstance(nbytes, numbers.Real):
+        raise ValueError("%s: nbytes must be a whole number of bytes, got %r"
+                         % (where, nbytes))
+    raise TypeError("%s: nbytes must be a whole number of bytes, not %s"
+                    % (where, type(nbytes).__name__))
+
+
+# (read even without the pool, so that a bad setting is refused whichever
+# kernels are in use)
+_INITIAL_LIMIT = _initial_limit()
 if _pool is not None:
-    _pool.set_limit(_initial_limit())
+    _pool.set_limit(_INITIAL_LIMIT)
 
 
 def pooled(operation):
@@ -114,9 +137,10 @@ def memory_pool_limit(nbytes=None):
     True
     """
     if nbytes is not None:
-        nbytes = int(nbytes)
-        if nbytes < 0:
-            raise ValueError("memory_pool_limit: nbytes must be >= 0, got %d" % nbytes)
+        nbytes = _whole_bytes(nbytes, "memory_pool_limit")
+        if not 0 <= nbytes <= _MAX_POOL_BYTES:
+            raise ValueError("memory_pool_limit: nbytes must lie in [0, %d], got %d"
+                             % (_MAX_POOL_BYTES, nbytes))
         if _pool is not None:
             _pool.set_limit(nbytes)
     return memory_pool_info().limit
@@ -158,7 +182,7 @@ def keep_freed_memory(nbytes=256 * 2 ** 20):
     >>> keep_freed_memory(0) in (True, False)
     True
     """
-    nbytes = int(nbytes)
+    nbytes = _whole_bytes(nbytes, "keep_freed_memory")
     if nbytes < 0 or nbytes >= 2 ** 31:
         raise ValueError("keep_freed_memory: nbytes must lie in [0, 2**31), got %d" % nbytes)
     if not sys.platform.startswith("linux"):

@@ -23,6 +23,9 @@ from ._settings import environment_int
 
 __all__ = ["set_num_threads", "get_num_threads"]
 
+#: the most the merge kernel accepts (a C int)
+_MAX_THREADS = 2 ** 31 - 1
+
 
 def set_num_threads(n):
     """Let the merge kernel use up to ``n`` threads (1: only the calling thread).
@@ -44,6 +47,8 @@ def set_num_threads(n):
     n = operator.index(n)
     if n < 1:
         raise ValueError("set_num_threads: n must be >= 1, got %d" % n)
+    if n > _MAX_THREADS:
+        raise ValueError("set_num_threads: n must be <= %d, got %d" % (_MAX_THREADS, n))
     if compiled is not None:
         compiled.set_threads(n)
 
@@ -65,8 +70,12 @@ def _default_threads():
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # (not on every platform)
         cpus = os.cpu_count() or 1
-    return environment_int("SPARSEGRAD_NUM_THREADS", max(1, min(4, cpus)), 1, "threads")
+    return environment_int("SPARSEGRAD_NUM_THREADS", max(1, min(4, cpus)), 1, "threads",
+                           _MAX_THREADS)
 
 
+# (read even without the compiled kernels, so that a bad setting is refused
+# whichever kernels are in use)
+_DEFAULT_THREADS = _default_threads()
 if compiled is not None:
-    compiled.set_threads(_default_threads())
+    compiled.set_threads(_DEFAULT_THREADS)

@@ -42,7 +42,22 @@ def _working_dtype(dtype):
 
 
 def _evaluate(f, x):
-    return np.asarray(f(x))
+    """``f`` at a private copy of ``x``, as a fresh array of numbers.
+
+    ``f`` gets a copy (a function that writes into its argument must not move
+    the point of the next evaluation), and the result is copied (a function
+    that returns the same buffer each time must not overwrite an earlier
+    result).  A forward value or any other non-numeric result is refused.
+    """
+    result = f(x.copy())
+    if _is_forward(result):
+        raise TypeError("numerical_jacobian: f returned a forward value for a plain "
+                        "array argument; it must compute with plain numpy arrays only")
+    result = np.array(result, copy=True)
+    if not (np.issubdtype(result.dtype, np.number) or result.dtype == np.bool_):
+        raise TypeError("numerical_jacobian: f returned an array of %s, not numbers"
+                        % result.dtype)
+    return result
 
 
 def numerical_jacobian(f, x, method="complex", step=None):
@@ -78,8 +93,15 @@ def numerical_jacobian(f, x, method="complex", step=None):
     Raises
     ------
     ValueError
-        For an unknown method, or the complex step with complex ``x`` or a
-        complex-valued ``f``.
+        For an unknown method, the complex step with complex ``x`` or a
+        complex-valued ``f``, or a step that is zero, not finite, or lost in
+        rounding at ``x``.
+    TypeError
+        When ``f`` returns a forward value or anything but numbers.
+
+    ``f`` is always called with a fresh copy of the point and its result is
+    copied, so a function that writes into its argument or returns the same
+    buffer each time is differentiated correctly.
 
     Examples
     --------
@@ -104,6 +126,9 @@ def numerical_jacobian(f, x, method="complex", step=None):
                              "use method='central'")
         h = np.broadcast_to(np.asarray(_COMPLEX_STEP if step is None else step,
                                        dtype=work), x.shape).ravel()
+        if not np.all(np.isfinite(h) & (h != 0)):
+            raise ValueError("numerical_jacobian: the complex step must be finite "
+                             "and nonzero")
         ctype = np.result_type(work, 1j)
         jac = np.zeros((f0.size, n), dtype=np.result_type(f0.dtype, work))
         for j in range(n):
@@ -128,6 +153,10 @@ def numerical_jacobian(f, x, method="complex", step=None):
             xm[j] -= h[j]
             # the steps actually taken, exactly representable
             width = (xp[j] - x_flat[j]) + (x_flat[j] - xm[j])
+            if not (np.isfinite(width) and width != 0):
+                raise ValueError("numerical_jacobian: the step %r is lost in rounding "
+                                 "at x[%d] = %r (or overflows)"
+                                 % (h[j].item(), j, x_flat[j].item()))
             fp = _evaluate(f, xp.reshape(x.shape))
             fm = _evaluate(f, xm.reshape(x.shape))
             jac[:, j] = (fp.astype(jac.dtype).ravel() - fm.astype(jac.dtype).ravel()) / width
@@ -338,8 +367,10 @@ def check_jacobian(f, x, method="central", rtol=None, atol=None):
     """
     from . import forward
     x = np.asarray(x)
-    result = f(forward.seed(x))
-    reference = np.asarray(f(x))
+    # (copies: f may write into its argument, which must not change the user's x
+    # nor the point of the reference)
+    result = f(forward.seed(x.copy()))
+    reference = np.asarray(f(x.copy()))
     value = np.asarray(forward.nvalue(result))
     if value.shape != reference.shape or value.dtype != reference.dtype:
         raise AssertionError("forward value is %s %s, f(x) is %s %s"
