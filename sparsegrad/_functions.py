@@ -262,7 +262,11 @@ def _single(function):
         # would; passed on as it is it would come back here, without end
         args = [nvalue(v) if isinstance(v, value) else v for v in args]
         kwargs = {k: nvalue(v) if isinstance(v, value) else v for k, v in kwargs.items()}
-        return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
+        # (the row numbers live on the host: device index arguments go there for them)
+        host_args = [v if _backend.of(v) is _backend.CPU else _backend.to_host(v)
+                     for v in args]
+        return _move(lambda arrays, rows: function(arrays[0], *(host_args if rows else args),
+                                                   **kwargs), [a])
     return moved
 
 
@@ -493,12 +497,16 @@ def _linear(in_specs, out_spec, operands, result):
     for k in forwards:
         J = operands[k]._jacobian
         rows, cols, data, n_out = _einsum_jacobian(in_specs, out_spec, values, k, J)
+        # (the matrix is built where its coefficients are: on a device seed's
+        # device, with the row and column numbers moved there)
+        backend = J.seed.backend
+        rows, cols, data = (_backend.to_device(a, backend) for a in (rows, cols, data))
         constant_others = len(forwards) == 1
         if constant_others:
             keep = data != 0
             rows, cols, data = rows[keep], cols[keep], data[keep]
-        indptr, indices, coefficients = kernels.coo_to_csr(n_out, values[k].size, rows,
-                                                          cols, data)
+        indptr, indices, coefficients = backend.kernels.coo_to_csr(
+            n_out, values[k].size, rows, cols, data)
         L = jac.CSR((n_out, values[k].size), indptr, indices, coefficients)
         terms.append(jac.left_multiply(L, J))
     result = _backend.asarray(result)
@@ -892,8 +900,10 @@ def _structural_linear(specs, out_spec, operands, mask):
     rows, cols, data, n_out = _einsum_jacobian(specs, out_spec, values, 1, x._jacobian)
     structure = np.broadcast_to(mask, coefficient.shape).astype(coefficient.dtype)
     keep = _einsum_jacobian(specs, out_spec, [structure, x._value], 1, x._jacobian)[2] != 0
-    indptr, indices, entries = kernels.coo_to_csr(n_out, x.size, rows[keep], cols[keep],
-                                                  data[keep])
+    backend = x._jacobian.seed.backend  # (built on the device: see _linear)
+    rows, cols, data, keep = (_backend.to_device(a, backend) for a in (rows, cols, data, keep))
+    indptr, indices, entries = backend.kernels.coo_to_csr(n_out, x.size, rows[keep],
+                                                          cols[keep], data[keep])
     L = jac.CSR((n_out, x.size), indptr, indices, entries)
     result = np.einsum(",".join(specs) + "->" + out_spec, coefficient, x._value)
     return make(result, jac.left_multiply(L, x._jacobian))

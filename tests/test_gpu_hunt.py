@@ -87,3 +87,17 @@ def test_jacobian_without_entries_on_a_real_gpu(cupy):  # pragma: no cover - nee
     indptr, indices, _ = gpu_kernels.coo_to_csr(4, 3, cupy.zeros(0, I64),
                                                 cupy.zeros(0, I64), None)
     assert indptr.get().tolist() == [0] * 5 and len(indices) == 0
+
+
+def test_delete_and_split_with_device_indices_on_the_fake_device():
+    # the row numbers live on the host: the device index goes there for them
+    from sparsegrad.gpu._device import fake
+    x0 = np.arange(1.0, 7.0)
+    x = forward.seed(fake.asarray(x0))
+    y = np.delete(x * 2.0, fake.asarray([0, 3]))
+    np.testing.assert_array_equal(fake.asnumpy(y.value), np.delete(2.0 * x0, [0, 3]))
+    expected = np.delete(2.0 * np.eye(6), [0, 3], axis=0)
+    np.testing.assert_array_equal(y.dvalue.toarray(), expected)
+    parts = np.split(x, fake.asarray([2, 5]))
+    assert [p.shape for p in parts] == [(2,), (3,), (1,)]
+    np.testing.assert_array_equal(parts[1].dvalue.toarray(), np.eye(6)[2:5])
