@@ -1,8 +1,8 @@
 """Bugs found in the supporting modules: the testing oracles, the settings, the pool."""
+import concurrent.futures
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -172,11 +172,9 @@ def test_large_merges_equal_for_one_to_four_threads_and_concurrent_callers():
                        for f in ("indptr", "indices", "data")):
                 failures.append(J)
 
-        callers = [threading.Thread(target=work) for _ in range(3)]
-        for t in callers:
-            t.start()
-        for t in callers:
-            t.join()
+        with concurrent.futures.ThreadPoolExecutor(3) as callers:
+            for done in [callers.submit(work) for _ in range(3)]:
+                done.result()
         assert not failures
     finally:
         sparsegrad.set_num_threads(previous)
