@@ -256,8 +256,17 @@ class value(NDArrayOperatorsMixin):
     def _deferred_gather(self, raw, key):
         """``self[key]`` of a deferred 1-d value by an integer index array: deferred
         too, gathered by our copy of the row numbers (checked at once)."""
-        rows = jac._readonly(_rows_read(self.shape, key, np, self._jac.seed.index_rows))
-        if rows.size and rows.max() >= len(raw):
+        seed = self._jac.seed
+        rows = jac._readonly(_rows_read(self.shape, key, np, seed.index_rows))
+        if seed.index_rows.get(id(key)) is rows:
+            # (the largest row of the seed's copy of an index array, found once)
+            known = seed.index_rows.get(("max", id(rows)))
+            if known is None or known[0] is not rows:
+                known = seed.index_rows[("max", id(rows))] = (rows, rows.max(initial=-1))
+            largest = known[1]
+        else:
+            largest = rows.max(initial=-1)
+        if largest >= len(raw):
             np.broadcast_to(np.empty((), raw.dtype), raw.shape)[key]  # (numpy's IndexError)
         return make(Deferred(operator.getitem, (raw, rows), rows.shape, raw.dtype),
                     jac.take_rows(self._jacobian, rows, _slice_key(self.shape, key),

@@ -138,3 +138,19 @@ def test_arguments_the_caller_may_change_are_read_at_the_call():
     assert_array_equal(taken.value, [6.0, 1.0])
     assert_array_equal(reshaped.value, 2.0 * x0.reshape(3, 2))
     assert_array_equal(padded.value, np.concatenate([[7.0], x0, [8.0]]))
+
+
+def test_index_bounds_of_an_index_array_read_again():
+    # the seed keeps the largest row of its copy of an index array: a shorter
+    # value, or the array changed in place, is still checked
+    x = forward.seed_sparsity(np.arange(8.0))
+    long, short = x * 1.0, x[:3] * 1.0
+    index = np.array([4, 0, 2])
+    assert_array_equal(long[index].value, [4.0, 0.0, 2.0])
+    with pytest.raises(IndexError):
+        short[index]
+    index[0] = 9
+    with pytest.raises(IndexError):
+        long[index]
+    index[0] = 1
+    assert_array_equal(short[index].value, [1.0, 0.0, 2.0])
