@@ -56,22 +56,29 @@ class Deferred:
         stack = [self]
         while stack:
             node = stack[-1]
-            if node._result is not None:
+            # (local copies: another thread reading the same value may finish this
+            # node meanwhile and let go of its function and inputs)
+            function, args = node.function, node.args
+            if node._result is not None or function is None or args is None:
                 stack.pop()
                 continue
-            pending = [a for a in node.args if type(a) is Deferred and a._result is None]
+            pending = [a for a in args if type(a) is Deferred and a._result is None]
             if pending:
                 stack.extend(pending)
                 continue
-            result = node.function(*[a._result if type(a) is Deferred else a
-                                     for a in node.args])
+            result = function(*[a._result if type(a) is Deferred else a for a in args])
+            if isinstance(result, np.generic):
+                # an integer read of an array gives a numpy scalar: the value is a
+                # 0-d array, as computed at once (writable, with array semantics)
+                result = np.asarray(result)
             if getattr(result, "shape", None) != node.shape or result.dtype != node.dtype:
                 raise RuntimeError(
                     "sparsegrad internal error: a deferred value came out as %s %s, "
                     "expected %s %s" % (getattr(result, "shape", None),
                                         getattr(result, "dtype", type(result)),
                                         node.shape, node.dtype))
-            node._result = result
+            if node._result is None:  # (first come: one array for every reader)
+                node._result = result
             node.function = node.args = None
             stack.pop()
         return self._result

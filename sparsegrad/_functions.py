@@ -295,7 +295,7 @@ def _reshaping(function, order_position):
             return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
         a._owns = False  # the result may be a view of its value
         raw = a._raw
-        if type(raw) is Deferred and not _holds_arrays(args, kwargs):
+        if type(raw) is Deferred and not _holds_arrays(args, kwargs) and "copy" not in kwargs:
             # (sparsity mode: deferred too; numpy's shape)
             shape = function(np.empty(raw.shape, raw.dtype), *args, **kwargs).shape
             return make(Deferred(lambda array: function(array, *args, **kwargs), (raw,),
@@ -381,7 +381,8 @@ def _pad(array, pad_width, mode="constant", **kwargs):
         if rows and mode == "constant":
             options["constant_values"] = -1  # padding is constant: zero rows
         return np.pad(arrays[0], pad_width, mode=mode, **options)
-    return _move(apply, [array], fills=True, defer=not _holds_arrays((), kwargs))
+    # (options such as constant_values are checked by numpy's call: made now)
+    return _move(apply, [array], fills=True, defer=not kwargs)
 
 
 def _sequence_function(function):
@@ -398,9 +399,9 @@ def _sequence_function(function):
             if rows:
                 return function(arrs, *args, **kwargs)
             return function(arrs, *args, **options, **kwargs)
-        # (a dtype= may change the values' dtype: then they are computed now)
-        return _move(apply, arrays, defer="dtype" not in options and not _holds_arrays(
-            args, kwargs))
+        # (dtype= may change the values' dtype, and numpy checks casting=: with
+        # either, the values are computed now)
+        return _move(apply, arrays, defer=not options and not _holds_arrays(args, kwargs))
     return joined
 
 

@@ -281,7 +281,8 @@ def _common_operands(ufunc, inputs):
         values.append(x)
     if not forwards or len(inputs) != ufunc.nin:
         return None
-    if jac.common_seed([x._jacobian for _, x in forwards]).pattern_only and DEFER:
+    if (jac.common_seed([x._jacobian for _, x in forwards]).pattern_only and DEFER
+            and None not in partials):  # (ldexp's integer exponent: numpy checks it now)
         # sparsity mode: the value when it is read (float64, as below), from the
         # caller's arrays as they are now
         values = [v.copy() if any(v is c for c in constants) else v for v in values]

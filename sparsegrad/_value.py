@@ -387,9 +387,13 @@ def _qualified_name(func):
 
 
 def _is_basic(key):
-    """Whether ``key`` indexes by integers, slices, None and Ellipsis only (a view)."""
+    """Whether ``key`` indexes by Python integers, slices of them, None and
+    Ellipsis only (a view; nothing the caller could change later)."""
     parts = key if type(key) is tuple else (key,)
-    return all(type(k) in (int, slice) or k is None or k is Ellipsis for k in parts)
+    return all(type(k) is int or k is None or k is Ellipsis
+               or (type(k) is slice and all(type(b) is int or b is None
+                                            for b in (k.start, k.stop, k.step)))
+               for k in parts)
 
 
 def _plain_key(key):
