@@ -737,6 +737,8 @@ def _finish(forward, exact_value):
 def _axes(axis, ndim, name):
     if axis is None:
         return tuple(range(ndim))
+    if ndim == 0 and isinstance(axis, numbers.Integral) and axis in (0, -1):
+        return ()  # (numpy's reductions let a 0-d array's one axis be named so)
     axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
     return tuple(np.lib.array_utils.normalize_axis_tuple(axes, ndim, name))
 

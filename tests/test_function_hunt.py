@@ -267,3 +267,14 @@ def test_vecdot_takes_an_axis():
         for j in range(3):
             expected[j, 3 * i + j] = y[i, j]   # d sum_i x[i, j] y[i, j] / d x[i, j]
     np.testing.assert_array_equal(result.dvalue.toarray(), expected)
+
+
+@pytest.mark.parametrize("reduction", [np.sum, np.prod, np.max, np.min])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_reductions_of_a_0d_value_over_its_axis(reduction, axis):
+    x = forward.seed(np.array(2.0))
+    y = reduction(x * 3.0, axis=axis)
+    np.testing.assert_array_equal(y.value, reduction(np.array(6.0), axis=axis))
+    np.testing.assert_array_equal(y.dvalue, 3.0)
+    with pytest.raises(np.exceptions.AxisError):
+        reduction(x * 3.0, axis=1)
