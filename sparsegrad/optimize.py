@@ -136,6 +136,12 @@ def _device_solver(backend, linear_solver, options):
     if linear_solver in ("direct", "auto", "spsolve"):
         return (lambda J, b: linalg.spsolve(J, b)), "spsolve on %s" % backend.name
     if linear_solver == "gmres":
+        unused = [key for key in ("preconditioner", "drop_tol", "fill_factor")
+                  if key in options and not (key == "preconditioner"
+                                             and options[key] is None)]
+        if unused:  # (the host's ILU preconditioner has no device counterpart here)
+            raise ValueError("linear_options %s: GMRES on the %s device runs without a "
+                             "preconditioner" % (", ".join(unused), backend.name))
         settings = _krylov_settings("gmres", options)
         settings["tol"] = settings.pop("rtol")  # (cupyx's name for it)
 

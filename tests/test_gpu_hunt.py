@@ -101,3 +101,16 @@ def test_delete_and_split_with_device_indices_on_the_fake_device():
     parts = np.split(x, fake.asarray([2, 5]))
     assert [p.shape for p in parts] == [(2,), (3,), (1,)]
     np.testing.assert_array_equal(parts[1].dvalue.toarray(), np.eye(6)[2:5])
+
+
+@pytest.mark.parametrize("options", [{"preconditioner": "ilu"}, {"drop_tol": 1e-4},
+                                     {"fill_factor": 20}])
+def test_device_gmres_refuses_the_host_preconditioner_options(options):
+    import sparsegrad.optimize
+    with pytest.raises(ValueError, match="without a preconditioner"):
+        sparsegrad.optimize.newton(lambda u: u * u - 4.0, fake.ones(3),
+                                   linear_solver="gmres", linear_options=options)
+    result = sparsegrad.optimize.newton(lambda u: u * u - 4.0, fake.ones(3),
+                                        linear_solver="gmres",
+                                        linear_options={"preconditioner": None})
+    assert result.success
