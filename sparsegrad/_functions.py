@@ -37,7 +37,7 @@ from ._fast import kernels
 from ._indexing import row_index
 from ._deferred import Deferred, compute
 from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
-                     check_inexact_seed)
+                     cast_input, check_inexact_seed)
 
 INDEX_DTYPE = np.int64
 
@@ -753,23 +753,11 @@ def _sum_jacobian(x, axis, keepdims):
     return summed._jacobian, axes
 
 
-def _as_dtype(a, dtype, name):
-    """``a`` cast to ``dtype`` first, as numpy's reductions with ``dtype=`` cast
-    their input: the real parts of complex values for a real dtype (whose
-    Jacobian is the real part of theirs; refused for a complex seed), none for
-    an integer one."""
-    if dtype is None or not isinstance(a, value) or np.dtype(dtype) == a.dtype:
-        return a
-    if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
-        check_inexact_seed("numpy.%s to a real dtype" % name, [a])
-    return a.astype(dtype)
-
-
 @implements(np.sum)
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue,
          where=np._NoValue):
     _refuse("sum", out=out, where=where)
-    a = _as_dtype(a, dtype, "sum")
+    a = cast_input(a, dtype, "numpy.sum")
     result = np.sum(nvalue(a), axis=axis, dtype=dtype, keepdims=keepdims,
                     initial=initial)
     if not isinstance(a, value):
@@ -781,7 +769,7 @@ def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue
 @implements(np.mean)
 def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=np._NoValue):
     _refuse("mean", out=out, where=where)
-    a = _as_dtype(a, dtype, "mean")
+    a = cast_input(a, dtype, "numpy.mean")
     result = np.mean(a._value, axis=axis, dtype=dtype, keepdims=keepdims)
     J, axes = _sum_jacobian(a, axis, keepdims)
     count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
@@ -791,7 +779,7 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=np._NoValue)
 @implements(np.trace)
 def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     _refuse("trace", out=out)
-    a = _as_dtype(a, dtype, "trace")
+    a = cast_input(a, dtype, "numpy.trace")
     result = np.trace(a._value, offset, axis1, axis2, dtype)
     return _finish(np.sum(np.diagonal(a, offset, axis1, axis2), axis=-1), result)
 
@@ -815,7 +803,7 @@ def _cumulative(function, derivative):
     @implements(function)
     def cumulative(a, axis=None, dtype=None, out=None, **kwargs):
         _refuse(name, out=out)
-        a = _as_dtype(a, dtype, name)
+        a = cast_input(a, dtype, "numpy." + name)
         result = function(a._value, axis=axis, dtype=dtype, **kwargs)
         if kwargs.get("include_initial"):
             raise unsupported("numpy." + name, "include_initial=True")
@@ -837,7 +825,7 @@ def _cumsum(a, axis, result):
 def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue,
           where=np._NoValue):
     _refuse("prod", out=out, where=where, initial=initial)
-    a = _as_dtype(a, dtype, "prod")
+    a = cast_input(a, dtype, "numpy.prod")
     result = np.prod(a._value, axis=axis, dtype=dtype, keepdims=keepdims)
     # d prod = sum_j (prod_{k != j} x_k) dx_j, the products taken without division
     others = _exclusive_products(a._value, _axes(axis, a.ndim, "axis"))

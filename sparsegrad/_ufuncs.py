@@ -18,7 +18,7 @@ from . import _ufunc_rules as rules
 from ._errors import unsupported
 from ._deferred import Deferred, compute
 from ._indexing import row_index
-from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
+from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian, cast_input,
                      cast_is_constant, check_inexact_seed, _broadcast_rows, _device_keys)
 
 __all__ = ["apply"]
@@ -44,13 +44,13 @@ def apply(ufunc, method, inputs, kwargs):
             axis = None  # (numpy lets the one axis of a 0-d array be named so)
         # numpy casts the input to dtype= first (the real parts of complex
         # values for a real dtype: a product of real parts; np.max takes no dtype=)
-        x = _cast(x, kwargs.pop("dtype", None), name + ".reduce")
+        x = cast_input(x, kwargs.pop("dtype", None), name + ".reduce")
         return _REDUCTIONS[ufunc](x, axis=axis, **kwargs)
     if method == "accumulate" and ufunc in _ACCUMULATIONS:
         x = coerce(inputs[0])
         axis = _accumulation_axis(name, np.ndim(plain(x)), kwargs.pop("axis", 0))
         _refuse_keywords(name + ".accumulate", kwargs, ("dtype",))
-        x = _cast(x, kwargs.pop("dtype", None), name + ".accumulate")
+        x = cast_input(x, kwargs.pop("dtype", None), name + ".accumulate")
         return _ACCUMULATIONS[ufunc](x, axis=axis, **kwargs)
     if method == "at" and ufunc in (np.add, np.subtract):
         target, indices = inputs[0], inputs[1]
@@ -84,15 +84,6 @@ def _accumulation_axis(name, ndim, axis):
                              % name)
         axis = 0
     return axis
-
-
-def _cast(x, dtype, name):
-    """``x`` cast to ``dtype`` as a reduction with ``dtype=`` casts its input."""
-    if dtype is None:
-        return x
-    if np.dtype(dtype).kind not in "biufc":
-        raise unsupported(name, "dtype=%s" % np.dtype(dtype))
-    return x.astype(dtype) if isinstance(x, value) else np.asarray(x).astype(dtype)
 
 
 def _real(x):

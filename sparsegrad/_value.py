@@ -210,6 +210,9 @@ class value(NDArrayOperatorsMixin):
 
     def astype(self, dtype, copy=True):
         dtype = np.dtype(dtype)
+        if dtype.kind not in "biufc":
+            # (an object array of numbers has no derivative rule: not piecewise constant)
+            raise unsupported("astype", "dtype=%s" % dtype)
         if np.issubdtype(dtype, np.inexact):
             if np.iscomplexobj(self._value) and not np.issubdtype(dtype, np.complexfloating):
                 return np.real(self).astype(dtype)
@@ -573,6 +576,25 @@ def _not_complex_differentiable(name):
     return UnsupportedOperationError(
         "%s of a complex value is not complex-differentiable, and the seed is "
         "complex; seed the real and imaginary parts as real numbers instead" % name)
+
+
+def cast_input(a, dtype, name):
+    """``a`` cast to ``dtype`` first, as numpy's reductions (``sum``, ``prod``,
+    ``ufunc.reduce``...) with ``dtype=`` cast their input: the real parts of
+    complex values for a real dtype (whose Jacobian is the real part of theirs;
+    refused for a complex seed, naming ``name``), none for an integer dtype."""
+    if dtype is None:
+        return a
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":
+        raise unsupported(name, "dtype=%s" % dtype)
+    if not isinstance(a, value):
+        return np.asarray(a).astype(dtype)
+    if dtype == a.dtype:
+        return a
+    if a.dtype.kind == "c" and dtype.kind != "c":
+        check_inexact_seed(name + " to a real dtype", [a])
+    return a.astype(dtype)
 
 
 def cast_is_constant(name, seed, result_kind, input_kinds):

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+import sparsegrad
 from sparsegrad import forward
 from sparsegrad.testing import numerical_jacobian
 
@@ -278,3 +279,14 @@ def test_reductions_of_a_0d_value_over_its_axis(reduction, axis):
     np.testing.assert_array_equal(y.dvalue, 3.0)
     with pytest.raises(np.exceptions.AxisError):
         reduction(x * 3.0, axis=1)
+
+
+@pytest.mark.parametrize("call", [lambda y: np.sum(y, dtype=object),
+                                  lambda y: np.cumsum(y, dtype=object),
+                                  lambda y: np.prod(y, dtype=object),
+                                  lambda y: y.astype(object)])
+def test_object_dtype_casts_are_refused(call):
+    # (they gave a zero Jacobian: an object array of numbers is not piecewise constant)
+    x = forward.seed(np.array([1.0, 2.0]))
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="dtype=object"):
+        call(x * 1.0)
