@@ -24,6 +24,7 @@ Functions outside the table raise ``TypeError`` naming the function.
 array([[1., 1., 0., 0.],
        [0., 0., 1., 1.]])
 """
+import math
 import numbers
 import string
 
@@ -772,7 +773,7 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=np._NoValue)
     a = cast_input(a, dtype, "numpy.mean")
     result = np.mean(a._value, axis=axis, dtype=dtype, keepdims=keepdims)
     J, axes = _sum_jacobian(a, axis, keepdims)
-    count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
+    count = math.prod(a.shape[i] for i in axes)
     return make(_backend.asarray(result), jac.scale(J, 1.0 / count if count else np.nan))
 
 
@@ -834,16 +835,12 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValu
     return make(_backend.asarray(result), J)
 
 
-def _size(shape):
-    return int(np.prod(shape, dtype=np.int64))
-
-
 def _exclusive_products(x, axes):
     """``prod_{k != j} x_k`` over the reduced ``axes`` for every ``j``, without division."""
     moved = np.moveaxis(x, axes, range(-len(axes), 0))
     # (the line length spelt out: -1 cannot be inferred when a kept axis is empty)
     lines = moved.reshape(moved.shape[:moved.ndim - len(axes)]
-                          + (_size(moved.shape[moved.ndim - len(axes):]),))
+                          + (math.prod(moved.shape[moved.ndim - len(axes):]),))
     if lines.shape[-1] == 0:
         return np.ones_like(x)
     ones = np.ones(lines.shape[:-1] + (1,), dtype=x.dtype, like=x)
@@ -907,7 +904,7 @@ def _select_reduction(a, axis, keepdims, argfunction, function, name, initial, w
     moved_values = np.moveaxis(a._value, axes, range(-len(axes), 0))
     kept = moved_values.shape[:a.ndim - len(axes)]
     # (the line length spelt out: -1 cannot be inferred when a kept axis is empty)
-    line = (_size(moved_values.shape[a.ndim - len(axes):]),)
+    line = (math.prod(moved_values.shape[a.ndim - len(axes):]),)
     lines = moved_values.reshape(kept + line)
     rows = np.moveaxis(row_index(a.shape), axes, range(-len(axes), 0)).reshape(kept + line)
     chosen = _backend.to_host(argfunction(lines, axis=-1)[..., None])  # (rows: host)

@@ -225,7 +225,6 @@ def _pattern_union(forwards, out):
 
 _FLOAT64 = np.dtype(np.float64)
 _ARRAYS = (np.ndarray, Deferred)
-DEFER = True
 
 
 def _common_operands(ufunc, inputs):
@@ -272,13 +271,13 @@ def _common_operands(ufunc, inputs):
         values.append(x)
     if not forwards or len(inputs) != ufunc.nin:
         return None
-    if (jac.common_seed([x._jacobian for _, x in forwards]).pattern_only and DEFER
-            and None not in partials):  # (ldexp's integer exponent: numpy checks it now)
-        # sparsity mode: the value when it is read (float64, as below), from the
-        # caller's arrays as they are now
-        values = [v.copy() if any(v is c for c in constants) else v for v in values]
-        return forwards, precise, Deferred(ufunc, values, shape, _FLOAT64), constants
-    values = [compute(v) for v in values]
+    if jac.common_seed([x._jacobian for _, x in forwards]).pattern_only:
+        if None not in partials:  # (ldexp's integer exponent: numpy checks it now)
+            # sparsity mode: the value when it is read (float64, as below), from
+            # the caller's arrays as they are now
+            values = [v.copy() if any(v is c for c in constants) else v for v in values]
+            return forwards, precise, Deferred(ufunc, values, shape, _FLOAT64), constants
+        values = [compute(v) for v in values]  # (only sparsity mode defers values)
     out = ufunc(*values)
     if out.dtype is not _FLOAT64:  # (no rule of a float64 ufunc gives another dtype)
         return None

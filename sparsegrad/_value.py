@@ -523,6 +523,13 @@ def coerce(obj):
                      for o in obj])
 
 
+def weak_result_type(values):
+    """numpy's result dtype of ``values``: arrays and forward values by their dtype,
+    Python numbers weak, as numpy treats them (``0.0`` next to float32 keeps float32)."""
+    return np.result_type(*[v if type(v) in (int, float, complex) else nvalue(v)
+                            for v in values])
+
+
 def plain(x):
     """The operand numpy should see: a forward value's array; anything else unchanged.
 

@@ -25,7 +25,7 @@ import scipy.sparse
 
 from . import _backend
 from . import _jacobian as jac
-from ._value import value, nvalue, make, broadcast_jacobian, coerce
+from ._value import value, nvalue, make, broadcast_jacobian, coerce, weak_result_type
 from .sparse import SparseMatrix
 
 __all__ = ["where", "dot", "sum", "hstack", "stack", "branch", "apply", "asdifferentiable",
@@ -231,9 +231,8 @@ def branch(cond, iftrue, iffalse):
             index = index[0] if mask.ndim == 1 else index
             computed.append((index, coerce(function(index))))
     forwards = [v for _, v in computed if isinstance(v, value)]
-    # (Python numbers stay weak, as in numpy: a branch returning 0.0 keeps float32)
-    dtype = np.result_type(*[v if type(v) in (int, float, complex) else nvalue(v)
-                             for _, v in computed]) if computed else np.float64
+    # (a branch returning 0.0 keeps float32)
+    dtype = weak_result_type([v for _, v in computed]) if computed else np.float64
     if forwards:
         result = np.zeros(cond.shape, dtype=dtype, like=forwards[0])
     else:

@@ -25,7 +25,7 @@ import types
 
 import numpy as np
 
-from ._value import value, nvalue, coerce
+from ._value import value, nvalue, coerce, weak_result_type
 
 __all__ = ["sparsevec", "sparsesum", "sparsesum_bare"]
 
@@ -95,10 +95,8 @@ def _flat_terms(n, terms):
     """All indices (checked, in ``[0, n)``) and all values of ``terms`` as two vectors."""
     terms = [(idx, coerce(v)) for idx, v in terms]
     indices, values = [], []
-    # Python numbers are weak, as in numpy: a constant 1.0 added to float32 forward
-    # values keeps them float32
-    weak = np.result_type(*[v if type(v) in (int, float, complex) else nvalue(v)
-                            for _, v in terms])
+    # (a constant 1.0 added to float32 forward values keeps them float32)
+    weak = weak_result_type([v for _, v in terms])
     for idx, v in terms:
         if type(v) in (int, float, complex):
             v = np.asarray(v, dtype=weak)
