@@ -634,7 +634,7 @@ class _Rows:
         if backend is not _backend.CPU:  # a device array: row numbers go there, once
             return v[self.flat_on(backend)]
         if self._view is None or v.ndim != 1 or not v.flags.c_contiguous:
-            return v[self.flat]
+            return backend.kernels.take(v, self.flat) if v.ndim == 1 else v[self.flat]
         offset, steps = self._view
         item = v.itemsize
         return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,

@@ -236,7 +236,12 @@ class value(NDArrayOperatorsMixin):
         # the host
         key, row_key, xp = _device_keys(_plain_key(key), self._value,
                                         device_rows=not assembly)
-        result = _backend.asarray(self._value[key])  # (basic indexing: a view, shared)
+        array = self._value
+        if (type(key) is np.ndarray and key.ndim == 1 and key.dtype == jac.INDEX_DTYPE
+                and type(array) is np.ndarray and array.ndim == 1):
+            result = _backend.CPU.kernels.take(array, key)  # (a stencil's gather)
+        else:
+            result = _backend.asarray(array[key])  # (basic indexing: a view, shared)
         # (a view of the read-only row numbers, or a fresh array that is ours: made
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)

