@@ -233,7 +233,8 @@ def _common_operands(ufunc, inputs):
     the call is the common case of residual code; else None.
 
     The common case: a differentiable ufunc of float64 forward values of one
-    (non-empty) shape, Python floats and ints, and float64 arrays of that shape
+    (non-empty) shape, Python floats and ints (and numpy's float64 and int64
+    scalars), and float64 arrays of that shape
     (``eta * u``, ``x - 1.0``, ``xt - f``).  Then none of the general path's
     coercions, broadcasts and dtype rules can apply, and their cost per call
     would exceed numpy's own on arrays of thousands of elements.
@@ -249,6 +250,10 @@ def _common_operands(ufunc, inputs):
             precise.append(np.float64(x))
         elif kind is int and -2 ** 63 <= x < 2 ** 63:
             precise.append(np.int64(x))
+        elif kind is np.float64 or kind is np.int64:
+            # (``1 / h**2`` of a grid spacing ``h = x[1] - x[0]``: next to float64
+            # values numpy's float64 and int64 scalars give float64, as Python's do)
+            precise.append(x)
         elif kind is np.ndarray:
             if x.dtype is not _FLOAT64 or (shape is not None and x.shape != shape):
                 return None

@@ -38,6 +38,26 @@ def test_value_mode_computes_at_once():
     assert type((x * 2.0)._raw) is np.ndarray
 
 
+def test_numpy_scalars_keep_values_deferred():
+    # (a grid spacing h = x[1] - x[0] is a numpy float64: 1 / h**2 must not force
+    # the values of a stencil in sparsity mode)
+    x0 = np.linspace(0.5, 2.0, 6)
+    h, two = x0[1] - x0[0], np.int64(2)
+    assert type(h) is np.float64
+    expected = (x0[2:] - two * x0[1:-1] + x0[:-2]) / h ** 2 - h * x0[1:-1] ** two
+    x = forward.seed_sparsity(x0)
+    y = (x[2:] - two * x[1:-1] + x[:-2]) / h ** 2 - h * x[1:-1] ** two
+    assert _deferred(y)
+    assert_array_equal(y.value, expected)
+    y = (lambda x: (x[2:] - two * x[1:-1] + x[:-2]) / h ** 2 - h * x[1:-1] ** two)(
+        forward.seed(x0))
+    assert_array_equal(y.value, expected)
+    inner = 1.0 / h ** 2 * np.array([[1.0, -2.0, 1.0, 0, 0, 0], [0, 1, -2, 1, 0, 0],
+                                      [0, 0, 1, -2, 1, 0], [0, 0, 0, 1, -2, 1]])
+    inner[:, 1:-1] -= np.diag(2 * h * x0[1:-1])
+    np.testing.assert_allclose(y.dvalue.toarray(), inner, rtol=1e-15, atol=1e-12)
+
+
 def test_benchmark_residuals_in_sparsity_mode():
     for name, n in (("sw", 8), ("pb", 30), ("bratu", 6), ("dd", 12)):
         residual, x0 = PROBLEMS[name].setup(n)
