@@ -506,3 +506,21 @@ def test_large_integer_factors_do_not_wrap_around(program, factor):
     y = program(forward.seed(x0))
     assert_array_equal(y.value, program(x0))
     assert_array_equal(y.dvalue.toarray(), factor * np.eye(3))
+
+
+@pytest.mark.parametrize("columns", [
+    [], [-1], [3], [-1, -1, -1, -1], [-1, -1, -1, 2, -1, -1, -1],
+    [-1] * 500 + [7] + [-1] * 500, [-1] * 1000 + [0], [4] + [-1] * 999])
+def test_selection_is_empty_looks_at_every_row(columns):
+    columns = np.array(columns, dtype=np.int64)
+    M = jac.CSR.selection(10, columns)
+    assert M.is_empty == (not np.any(columns >= 0))
+    assert M.is_empty == (M.nnz == 0)
+
+
+def test_padded_grid_is_not_structurally_zero():
+    # (the first, middle and last rows of a padded grid are all on its boundary)
+    x = forward.seed(np.ones(9))
+    U = np.pad(x.reshape(3, 3), 1)
+    assert not U._jacobian.is_zero
+    assert U.dvalue.nnz == 9
