@@ -395,6 +395,10 @@ def _sequence_function(function):
         # (casting="no" refuses mixed dtypes; column_stack takes neither)
         options = {key: kwargs.pop(key) for key in ("dtype", "casting") if key in kwargs}
         arrays = list(arrays)
+        if not options:
+            joined_in_order = _joined_in_order(function, arrays, args, kwargs)
+            if joined_in_order is not None:
+                return joined_in_order
 
         def apply(arrs, rows):
             if rows:
@@ -404,6 +408,44 @@ def _sequence_function(function):
         # either, the values are computed now)
         return _move(apply, arrays, defer=not options and not _holds_arrays(args, kwargs))
     return joined
+
+
+def _joined_in_order(function, arrays, args, kwargs):
+    """``np.concatenate`` of forward values along axis 0 (or flattened, ``axis=None``)
+    and ``np.hstack`` of 1-d ones, or None for any other call.
+
+    Their elements follow one another in C order, so the Jacobian is the
+    operands' Jacobians stacked as they are: the general path's row numbers
+    (an offset, a concatenation, a subtraction and a comparison with
+    ``arange``, each as long as the result) would only find that out.  A
+    call whose shapes numpy would refuse goes to the general path, which
+    raises numpy's error.
+    """
+    if not arrays or not all(isinstance(x, value) for x in arrays):
+        return None
+    if function is np.concatenate and len(args) + len(kwargs) <= 1:
+        axis = args[0] if args else kwargs.get("axis", 0)
+    elif function is np.hstack and not args and not kwargs and all(x.ndim == 1 for x in arrays):
+        axis = 0
+    else:
+        return None
+    shapes = [x.shape for x in arrays]
+    if axis is None:
+        shape = (sum(x.size for x in arrays),)
+    elif (type(axis) is int and axis == 0
+          and all(len(s) >= 1 and s[1:] == shapes[0][1:] for s in shapes)):
+        shape = (sum(s[0] for s in shapes),) + shapes[0][1:]
+    else:
+        return None
+    jacobian = jac.vstack([x._jacobian for x in arrays])
+    for x in arrays:
+        x._owns = False  # (its array is kept, or read by the deferred value)
+    raws = [x._raw for x in arrays]
+    if jacobian.seed.pattern_only and all(
+            type(raw) in _DEFERRABLE and raw.dtype == np.float64 for raw in raws):
+        return make(Deferred(lambda *parts: np.concatenate(parts, axis=axis), raws, shape,
+                             np.float64), jacobian)
+    return make(np.concatenate([x._value for x in arrays], axis=axis), jacobian)
 
 
 for _function in (np.concatenate, np.stack, np.hstack, np.vstack, np.dstack,

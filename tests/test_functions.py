@@ -141,6 +141,13 @@ case("concatenate-axis1-3d",
 case("concatenate-axisNone",
      lambda x: np.concatenate([x, _c((2, 2))], axis=None), [S0, S1, S2, S3, E1])
 case("concatenate-two-forward", lambda x: np.concatenate([x, np.sin(x)[::-1]]), [S1, S2])
+# (forward values only, along axis 0 or flattened: stacked as they are, no row numbers)
+case("concatenate-forward-in-order",
+     lambda x: np.concatenate([x[1:] * 2, np.sin(x), x[:1]]), [S1, S2, S3, E1, E2])
+case("concatenate-forward-axisNone",
+     lambda x: np.concatenate([x.T, np.sin(x)], axis=None), [S0, S1, S2, S3])
+case("hstack-forward-1d", lambda x: np.hstack([x.ravel(), np.exp(x).ravel()[::-1]]),
+     [S0, S1, S2, E1])
 case("concatenate-empty-pieces",
      lambda x: np.concatenate([_c((0,) + x.shape[1:]), x, x[:0]]), [S1, S2, E1])
 case("stack", lambda x: np.stack([x, _c(x.shape), x]), [S0, S1, S2, S3, E1])
@@ -986,3 +993,33 @@ def test_complex_to_real_dtype_with_a_complex_seed_is_refused():
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
         y = np.sum(x * (1 + 2j), dtype=float)
     assert_array_equal(y.dvalue.toarray(), [[1.0, 1.0]])
+
+
+@pytest.mark.parametrize("shapes, args", [
+    (((3,), ()), ()), (((2, 3), (2, 2)), ()), (((2, 3), (3,)), ()), (((2,), (3,)), (1,)),
+    (((2, 3), (2, 2)), (np.int64(0),)), ((), ())])
+def test_concatenate_of_forward_values_raises_numpys_errors(shapes, args):
+    arrays = [np.ones(shape) for shape in shapes]
+    with pytest.raises(Exception) as expected:
+        np.concatenate(arrays, *args)
+    x = forward.seed(np.ones(sum(a.size for a in arrays)))
+    pieces, first = [], 0
+    for a in arrays:
+        pieces.append(x[first:first + a.size].reshape(a.shape))
+        first += a.size
+    with pytest.raises(type(expected.value), match=str(expected.value)[:30].replace("(", ".")):
+        np.concatenate(pieces, *args)
+
+
+def test_concatenate_in_order_shares_nothing_writable():
+    x0 = np.arange(1.0, 5.0)
+    x = forward.seed(x0)
+    a = x * 2
+    y = np.concatenate([a, x])
+    a[0] = 100.0                       # a write into an operand after the call
+    assert_array_equal(y.value, [2.0, 4.0, 6.0, 8.0, 1.0, 2.0, 3.0, 4.0])
+    expected = np.vstack([2 * np.eye(4), np.eye(4)])
+    assert_array_equal(y.dvalue.toarray(), expected)
+    y[1] = x[0] * 5                    # and one into the result
+    assert_array_equal(a.value, [100.0, 4.0, 6.0, 8.0])
+    assert_array_equal(x.value, x0)
