@@ -72,7 +72,26 @@ def _output(result, name):
         raise TypeError("%s: the function must return one array (a forward value, an "
                         "ndarray or a number), not %s; stack several outputs with "
                         "np.concatenate or np.stack" % (name, type(result).__name__))
+    if array.dtype.kind not in "biufc":
+        # a string, date or record result has no derivative: a zero Jacobian for it
+        # would be a Jacobian of something the function did not compute
+        raise TypeError("%s: the function returned an array of dtype %s; it must return "
+                        "numbers (bool, integer, floating or complex)"
+                        % (name, array.dtype))
     return array, None
+
+
+def _refuse_forward(x, what, name):
+    """Raise for a forward value given as a point to differentiate at.
+
+    Seeding would keep only its value and drop its derivative, so a Jacobian
+    taken inside a function that is itself being differentiated (nested
+    differentiation, which sparsegrad does not do) would be silently wrong.
+    """
+    if isinstance(x, _forward_value):
+        raise TypeError("%s: %s is a forward value; nested differentiation (a Jacobian "
+                        "inside a function being differentiated) is not supported; pass "
+                        "its .value to differentiate at that point" % (name, what))
 
 
 def _to_matrix(array, J, seed, dtype):
@@ -109,6 +128,8 @@ def _evaluate(f, argnums, args, kwargs, pattern_only, name):
     """``(value, [Jacobian per argument] , sizes)`` of ``f(*args, **kwargs)``."""
     positions = _resolve_argnums(argnums, len(args))
     seeded = [args[i] for i in positions]
+    for i, x in zip(positions, seeded):
+        _refuse_forward(x, "argument %d" % i, name)
     seeds = (forward.seed_sparsity if pattern_only else forward.seed)(*seeded)
     if len(positions) == 1:
         seeds = (seeds,)
@@ -166,8 +187,10 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False):
     Raises
     ------
     TypeError
-        For ``argnums`` that are not ints, or a function returning a list or
-        tuple of arrays.
+        For ``argnums`` that are not ints, a function returning a list or
+        tuple of arrays or non-numeric values (strings, dates), or a forward
+        value as a differentiated argument (nested differentiation is not
+        supported: pass its ``.value``).
     ValueError
         For ``argnums`` out of range or repeated, or an unknown ``format``.
 
@@ -181,13 +204,17 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False):
            [0., 4.]]), array([[1., 0.],
            [0., 2.]]))
     """
+    return _value_and_jacobian(f, argnums, format, hstack, "sparsegrad.value_and_jacobian")
+
+
+def _value_and_jacobian(f, argnums, format, hstack, name):
+    """:func:`value_and_jacobian`, naming ``name`` in its error messages."""
     positions, single = _normalize_argnums(argnums)
     format = _check_format(format)
     hstack = bool(hstack)
 
     def value_and_jacobian_of_f(*args, **kwargs):
-        array, matrix, sizes = _evaluate(f, positions, args, kwargs, False,
-                                         "sparsegrad.value_and_jacobian")
+        array, matrix, sizes = _evaluate(f, positions, args, kwargs, False, name)
         return array, _split(matrix, sizes, single, hstack, format)
 
     _name(value_and_jacobian_of_f, f, "value_and_jacobian")
@@ -216,7 +243,7 @@ def jacobian(f, argnums=0, *, format="matrix", hstack=False):
     array([[ 4.,  0.],
            [ 0., 12.]])
     """
-    value_and_jac = value_and_jacobian(f, argnums, format=format, hstack=hstack)
+    value_and_jac = _value_and_jacobian(f, argnums, format, hstack, "sparsegrad.jacobian")
 
     def jacobian_of_f(*args, **kwargs):
         return value_and_jac(*args, **kwargs)[1]
@@ -302,7 +329,9 @@ def jvp(f, x, v, args=(), kwargs=None):
         If ``v`` does not match ``x``.
     TypeError
         For a complex ``v`` with a real ``x`` (take the real and imaginary
-        parts of ``v`` separately).
+        parts of ``v`` separately), a non-numeric ``v``, or a forward value
+        as ``x`` (nested differentiation is not supported: pass its
+        ``.value``).
 
     Examples
     --------
@@ -311,6 +340,7 @@ def jvp(f, x, v, args=(), kwargs=None):
     >>> derivative
     array([2., 4.])
     """
+    _refuse_forward(x, "x", "sparsegrad.jvp")
     array = forward._seed_array(x)
     backend = _backend.of(array)
     xp = backend.xp
@@ -318,6 +348,11 @@ def jvp(f, x, v, args=(), kwargs=None):
         raise TypeError("sparsegrad.jvp: v is a forward value; the direction is a constant "
                         "(pass v.value)")
     direction = xp.asarray(v)
+    if direction.dtype.kind not in "biufc":
+        # (astype(float64) would turn None into nan and fail on strings with an
+        # unrelated message)
+        raise TypeError("sparsegrad.jvp: v has dtype %s; the direction must be numbers"
+                        % direction.dtype)
     if direction.shape not in (array.shape, (array.size,)):
         raise ValueError("sparsegrad.jvp: v has shape %s; expected x's shape %s or (%d,)"
                          % (direction.shape, array.shape, array.size))

@@ -24,7 +24,7 @@ import scipy.sparse.linalg
 from scipy.optimize import OptimizeResult
 
 from . import _backend
-from ._api import value_and_jacobian
+from ._api import _value_and_jacobian
 from ._value import is_forward as _is_forward
 
 __all__ = ["newton", "OptimizeResult", "direct_solvers"]
@@ -112,6 +112,38 @@ def _krylov_settings(kind, options):
     if kind == "gmres":
         settings["restart"] = options.get("restart", 50)
     return settings
+
+
+#: the keys of ``linear_options``; all of them are settings of the Krylov methods
+_KRYLOV_OPTIONS = ("rtol", "maxiter", "restart", "drop_tol", "fill_factor",
+                   "preconditioner")
+
+
+def _check_linear_options(linear_solver, options):
+    """Refuse ``linear_options`` that the chosen solver would ignore.
+
+    An option that is silently dropped (a misspelt key, ``restart`` for
+    BiCGSTAB, any option for a direct solver) leaves the user believing a
+    tolerance or preconditioner is in effect when it is not.
+    """
+    krylov = isinstance(linear_solver, str) and linear_solver in ("gmres", "bicgstab")
+    if options and not krylov:
+        raise ValueError("sparsegrad.optimize.newton: linear_options (%s) are settings of "
+                         "the Krylov solvers 'gmres' and 'bicgstab'; linear_solver=%r "
+                         "takes none" % (", ".join(map(str, options)),
+                                         getattr(linear_solver, "__name__", linear_solver)))
+    unknown = [key for key in options if key not in _KRYLOV_OPTIONS]
+    if linear_solver == "bicgstab" and "restart" in options:
+        unknown.append("restart (a GMRES setting)")
+    if unknown:
+        raise ValueError("sparsegrad.optimize.newton: unknown linear_options for %s: %s "
+                         "(known: %s)" % (linear_solver, ", ".join(map(str, unknown)),
+                                          ", ".join(_KRYLOV_OPTIONS)))
+    preconditioner = options.get("preconditioner", "ilu")
+    if preconditioner is not None and not (isinstance(preconditioner, str)
+                                           and preconditioner == "ilu"):
+        raise ValueError("sparsegrad.optimize.newton: linear_options['preconditioner'] "
+                         "must be 'ilu' or None, not %r" % (preconditioner,))
 
 
 def _linear_solver(linear_solver, options):
@@ -231,6 +263,8 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         For the Krylov methods: ``rtol`` (default 1e-10), ``maxiter``,
         ``restart`` (gmres, default 50), ``drop_tol`` and ``fill_factor``
         (passed to ``spilu``), ``preconditioner`` (``"ilu"`` or ``None``).
+        Other keys, and any option with another ``linear_solver``, raise
+        ``ValueError`` rather than being ignored.
     line_search : bool, optional
         Backtracking (default): halve the step length ``a`` until the
         residual decreases enough, ``||F(x + a dx)||_2 <= (1 - 1e-4 a)
@@ -278,10 +312,12 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     ------
     ValueError
         For a non-finite ``x0``, a residual whose size differs from
-        ``x0.size``, an unknown or unavailable ``linear_solver``, or invalid
-        tolerances.
+        ``x0.size`` or that is complex for a real ``x0``, an unknown or
+        unavailable ``linear_solver``, ``linear_options`` it does not take,
+        or invalid tolerances (``divtol`` included).
     TypeError
-        For forward values in ``args`` without ``sensitivity=True``.
+        For forward values in ``args`` without ``sensitivity=True``, or a
+        non-numeric or forward-value ``x0``.
 
     Examples
     --------
@@ -306,25 +342,35 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     (array([2., 3.]), array([[0.25  , 0.    ],
            [0.    , 0.1667]]))
     """
+    if _is_forward(x0):
+        # (seeding it would drop its derivative: a silently wrong nested derivative)
+        raise TypeError("sparsegrad.optimize.newton: x0 is a forward value; the starting "
+                        "point is a constant (pass x0.value); for the derivative of the "
+                        "solution, pass the parameters in args with sensitivity=True")
     backend = _backend.of(x0)
     if backend is _backend.CPU:
+        if np.asarray(x0).dtype.kind not in "biufc":
+            raise TypeError("sparsegrad.optimize.newton: x0 has dtype %s; it must be "
+                            "numbers" % np.asarray(x0).dtype)
         x = np.array(x0, dtype=np.result_type(np.asarray(x0).dtype, np.float64), copy=True)
     else:  # a device array (CuPy): the iteration stays on the device
         x = backend.xp.asarray(x0).astype(np.result_type(x0.dtype, np.float64), copy=True)
     shape = x.shape
     if not np.all(np.isfinite(x)):
         raise ValueError("sparsegrad.optimize.newton: x0 is not finite")
-    if not (tol >= 0 and xtol >= 0 and 0 < min_damping <= 1 and maxiter >= 0):  # (nan too)
+    if not (tol >= 0 and xtol >= 0 and 0 < min_damping <= 1 and maxiter >= 0
+            and divtol > 0):  # (nan fails too: a nan divtol never detects divergence)
         raise ValueError("sparsegrad.optimize.newton: need tol >= 0, xtol >= 0, "
-                         "0 < min_damping <= 1 and maxiter >= 0")
+                         "0 < min_damping <= 1, maxiter >= 0 and divtol > 0")
     maxiter = operator.index(maxiter)  # (2.5 iterations: a TypeError, as numpy's own)
+    linear_options = dict(linear_options or {})
     if callable(linear_solver):  # (the user's: for any device)
         solve, solver_name = linear_solver, getattr(linear_solver, "__name__", "callable")
     elif backend is _backend.CPU:
-        solve, solver_name = _linear_solver(linear_solver, dict(linear_options or {}))
+        solve, solver_name = _linear_solver(linear_solver, linear_options)
     else:
-        solve, solver_name = _device_solver(backend, linear_solver,
-                                            dict(linear_options or {}))
+        solve, solver_name = _device_solver(backend, linear_solver, linear_options)
+    _check_linear_options(linear_solver, linear_options)
     args = tuple(args)
     parameter_args = args
     if any(_is_forward(a) for a in args):
@@ -340,7 +386,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         raise NotImplementedError("sparsegrad.optimize.newton: sensitivity=True is not "
                                   "available on the %s device yet (it factorises with "
                                   "SciPy's SuperLU on the host)" % backend.name)
-    evaluate = value_and_jacobian(F)
+    evaluate = _value_and_jacobian(F, 0, "matrix", False, "sparsegrad.optimize.newton")
     counts = {"nfev": 0, "njev": 0}
 
     def residual(x_flat):
@@ -355,6 +401,12 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
             raise ValueError("sparsegrad.optimize.newton: F returned %d values for %d "
                              "unknowns; Newton's method needs a square system"
                              % (f.size, x.size))
+        if np.iscomplexobj(f) and not np.iscomplexobj(x_flat):
+            # n complex equations in n real unknowns: the complex Newton step would
+            # silently turn x complex, and F be differentiated at complex points
+            raise ValueError("sparsegrad.optimize.newton: F returned complex values for a "
+                             "real x0; start from a complex x0 (x0 + 0j) to solve in "
+                             "complex numbers, or make F return real values")
         return f, J
 
     start = time.perf_counter()
