@@ -574,7 +574,9 @@ class _Rows:
         self._flat = None
         if rows.base is self._base and rows.dtype == INDEX_DTYPE:
             item = rows.itemsize
-            self._view = ((rows.ctypes.data - self._base.ctypes.data) // item,
+            # (row numbers are their own positions in the arange: the first one,
+            # at the view's data pointer, is its offset; ``ctypes`` costs 4 us)
+            self._view = (rows.item(0) if rows.size else 0,
                           tuple(step // item for step in rows.strides))
             self._contiguous = rows.flags.c_contiguous
         else:
