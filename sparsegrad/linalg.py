@@ -156,6 +156,9 @@ def _rhs(b, n, name):
         raise TypeError("sparsegrad.linalg.%s: a sparse right-hand side is not "
                         "supported; pass a dense vector or matrix" % name)
     b = _dense_operand(b, "sparsegrad.linalg.%s: right-hand side" % name)
+    if nvalue(b).dtype.kind not in "biufc":
+        raise TypeError("sparsegrad.linalg.%s: right-hand side of dtype %s; it must hold "
+                        "numbers" % (name, nvalue(b).dtype))
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError("sparsegrad.linalg.%s: right-hand side of shape %s for a %dx%d "
                          "matrix" % (name, b.shape, n, n))
@@ -270,12 +273,16 @@ def splu(A, permc_spec=None, **options):
     """Factorise ``A`` once with SuperLU; solves with the result are differentiable.
 
     ``permc_spec`` and further keyword options go to
-    ``scipy.sparse.linalg.splu``.  See :class:`SuperLU`.
+    ``scipy.sparse.linalg.splu``.  The factorisation keeps a copy of ``A``, so
+    later writes into ``A.data`` do not reach it.  See :class:`SuperLU`.
     """
     A = _square(A, "splu")
     if permc_spec is not None:
         options["permc_spec"] = permc_spec
-    return SuperLU(A, _Factors(A.value, options))
+    # a snapshot, as the factorisation is one: the derivative of every later solve
+    # uses these values, so a write into the caller's matrix (``A.data[0] = ...``)
+    # must not reach them and mix new values with the old factors
+    return SuperLU(A.copy(), _Factors(A.value, options))
 
 
 def factorized(A):
@@ -338,7 +345,11 @@ def spsolve_triangular(A, b, lower=True, overwrite_A=False, overwrite_b=False,
 
     def solve(rhs):
         rhs = np.asarray(rhs)
-        dtype = np.result_type(rhs.dtype, matrix.dtype, np.float64)
+        # the dtypes of the other solves (float32 stays float32, longdouble is
+        # solved in float64, which SuperLU knows), complex when the rhs is
+        dtype = _working_dtype(matrix.dtype, rhs.dtype)
+        if rhs.dtype.kind == "c":
+            dtype = np.result_type(dtype, np.complex64)
         return scipy.sparse.linalg.spsolve_triangular(
             matrix.astype(dtype), rhs.astype(dtype), lower=lower,
             unit_diagonal=unit_diagonal)
@@ -371,7 +382,7 @@ def implicit_solution(F, x, args, name="sparsegrad.linalg.implicit_solution"):
     Returns
     -------
     forward value
-        ``x``, with Jacobian ``-F_x^{-1} F_p J_p``.
+        A copy of ``x`` (integers as float64), with Jacobian ``-F_x^{-1} F_p J_p``.
 
     Raises
     ------
@@ -394,6 +405,10 @@ def implicit_solution(F, x, args, name="sparsegrad.linalg.implicit_solution"):
            [0.        , 0.16666667]])
     """
     x = np.asarray(x)
+    # a copy, in floating point: the result must not share the caller's array (a
+    # later write into it would change the solution), and integers would make an
+    # integer-valued forward value
+    x = np.array(x, dtype=np.float64 if x.dtype.kind in "biu" else None)
     positions = [i for i, a in enumerate(args) if is_forward(a)]
     if not positions:
         raise ValueError("%s: no argument is a forward value; seed the parameters with "

@@ -139,8 +139,24 @@ def _check_coordinates(name, coords, bound, axis):
     return coords
 
 
-def _check_data(name, data, n):
-    """The values as a 1-d forward value or ndarray of length ``n`` (never the user's array)."""
+def _check_dtype(name, dtype):
+    """Refuse a dtype scipy.sparse cannot store (``dtype=`` of a constructor, ``astype``)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc" or dtype == np.float16:
+        raise TypeError("sparsegrad.sparse.%s: scipy.sparse does not support dtype %s; "
+                        "use a bool, integer, float32/64/longdouble or complex dtype"
+                        % (name, dtype))
+    return dtype
+
+
+def _check_data(name, data, n, dtype=None):
+    """The values as a 1-d forward value or ndarray of length ``n`` (never the user's array).
+
+    ``dtype`` casts them.  Values scipy.sparse cannot store are refused (strings,
+    dates, objects), except float16 ones, which are widened to float32 exactly
+    (scipy.sparse has no float16, and float16 forward values already have
+    float32 Jacobians), so that ``.value`` is always a usable scipy matrix.
+    """
     if _is_forward(data):
         # a copy too: assigning into the user's forward value later (``d[0] = ...``)
         # must not reach the matrix
@@ -153,6 +169,12 @@ def _check_data(name, data, n):
     if len(data) != n:
         raise ValueError("sparsegrad.sparse.%s: %d values for %d coordinates"
                          % (name, len(data), n))
+    if dtype is not None:
+        data = data.astype(_check_dtype(name, dtype))
+    elif data.dtype == np.float16:
+        data = data.astype(np.float32)
+    else:
+        _check_dtype(name, data.dtype)
     return data
 
 
@@ -278,7 +300,7 @@ class SparseMatrix:
 
     def astype(self, dtype):
         """The matrix with its values cast to ``dtype`` (the same pattern)."""
-        return self._with_data(self._data.astype(dtype))
+        return self._with_data(self._data.astype(_check_dtype("astype", dtype)))
 
     def tocsr(self):
         """The matrix itself (it is stored as CSR)."""
@@ -450,7 +472,7 @@ class SparseMatrix:
     def __add__(self, other):
         if _is_scalar(other):
             if not _is_forward(other) and nvalue(other) == 0:
-                return self
+                return self.copy()  # (a new matrix, as scipy's: a write must not reach A)
             raise TypeError("sparsegrad.sparse: adding a nonzero scalar to a sparse "
                             "matrix would make it dense; use A.toarray() + c explicitly")
         if not (isinstance(other, SparseMatrix) or scipy.sparse.issparse(other)):
@@ -474,7 +496,7 @@ class SparseMatrix:
         return self._with_data(-self._data)
 
     def __pos__(self):
-        return self
+        return self.copy()  # (as numpy's +a and scipy's +A: a new array)
 
     def __sub__(self, other):
         if isinstance(other, SparseMatrix) or scipy.sparse.issparse(other):
@@ -627,7 +649,10 @@ def csr_matrix(arg, shape=None, dtype=None):
             raise ValueError("sparsegrad.sparse.csr_matrix: indptr must start at 0 and "
                              "not decrease")
         indices = np.asarray(indices)
-        if indices.ndim != 1 or len(indices) != indptr[-1]:
+        if indices.ndim != 1:
+            raise ValueError("sparsegrad.sparse.csr_matrix: indices must be a 1-d array, "
+                             "not of shape %s" % (indices.shape,))
+        if len(indices) != indptr[-1]:
             raise ValueError("sparsegrad.sparse.csr_matrix: indptr[-1] = %d but %d indices"
                              % (indptr[-1], np.size(indices)))
         rows = np.repeat(np.arange(len(counts), dtype=_INDEX), counts)
@@ -647,7 +672,7 @@ def _build(name, arg, shape, dtype):
             raise ValueError("sparsegrad.sparse.%s: shape %s given for a %s matrix"
                              % (name, tuple(shape), matrix.shape))
         matrix = matrix.copy() if matrix is arg else matrix
-        return matrix if dtype is None else matrix._with_data(matrix.data.astype(dtype))
+        return matrix if dtype is None else matrix.astype(dtype)
     if not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[1], tuple)
             and len(arg[1]) == 2):
         raise TypeError("sparsegrad.sparse.%s: expected (data, (row, col)), "
@@ -669,9 +694,7 @@ def _build(name, arg, shape, dtype):
                          "not %s" % (name, shape))
     rows = _check_coordinates(name, rows, shape[0], "row")
     cols = _check_coordinates(name, cols, shape[1], "column")
-    data = _check_data(name, data, len(rows))
-    if dtype is not None:
-        data = data.astype(dtype)
+    data = _check_data(name, data, len(rows), dtype)
     pattern, slot = _Pattern.from_coo(shape, rows, cols)
     if pattern.nnz == len(rows):  # no duplicates: a permutation, i.e. a gather
         if np.array_equal(slot, np.arange(len(slot))):
@@ -725,18 +748,21 @@ def diags(diagonals, offsets=0, shape=None, dtype=None):
     m, n = (operator.index(s) for s in shape)
     rows, cols, values = [], [], []
     for diagonal, k in zip(diagonals, offsets):
-        length = max(0, min(m + min(k, 0), n - max(k, 0)))
-        if length == 0:
+        if k < -m or k > n:
             raise ValueError("sparsegrad.sparse.diags: offset %d is outside a %dx%d matrix"
                              % (k, m, n))
+        # an offset just past the corner has an empty diagonal, as in scipy (the
+        # super- and subdiagonal of a 1x1 matrix, the diagonal of a 0x0 one)
+        length = min(m + min(k, 0), n - max(k, 0))
         if not _is_forward(diagonal):
             diagonal = np.asarray(diagonal)
         if diagonal.ndim == 0:
-            diagonal = np.broadcast_to(diagonal, (length,)) if not _is_forward(diagonal) \
-                else diagonal * np.ones(length)
+            # (a broadcast, not a product with ones: a float32 value stays float32)
+            diagonal = np.broadcast_to(diagonal, (length,))
         elif diagonal.shape != (length,):
-            raise ValueError("sparsegrad.sparse.diags: diagonal %d has %d values, "
-                             "expected %d" % (k, diagonal.size, length))
+            raise ValueError("sparsegrad.sparse.diags: diagonal %d has shape %s, expected "
+                             "%d values (a 1-d array or a scalar)"
+                             % (k, diagonal.shape, length))
         i = np.arange(length, dtype=_INDEX) + max(-k, 0)
         rows.append(i)
         cols.append(i + k)

@@ -113,7 +113,12 @@ def _flat_terms(n, terms):
             idx, v = np.ravel(idx), np.ravel(v)
         indices.append(idx % max(n, 1))
         values.append(v)
-    return np.concatenate(indices), np.concatenate(values)
+    values = np.concatenate(values)
+    if nvalue(values).dtype.kind not in "biufc":
+        # (np.add.at would "sum" strings or dates without complaint)
+        raise TypeError("sparsesum_bare: values must be numbers, not %s"
+                        % nvalue(values).dtype)
+    return np.concatenate(indices), values
 
 
 def sparsesum_bare(n, terms, return_sparse=False):

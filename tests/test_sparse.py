@@ -455,7 +455,9 @@ def test_errors_are_loud():
         A + np.ones((2, 2))
     with pytest.raises(TypeError, match="dense"):
         A + 1.0
-    assert A + 0 is A
+    for same in (A + 0, 0 + A, A - 0, +A):   # new matrices, as scipy's (never A itself)
+        assert same is not A and not np.shares_memory(same.data.value, A.data.value)
+        np.testing.assert_array_equal(same.toarray().value, A.toarray().value)
     with pytest.raises(ValueError, match="dimension mismatch"):
         A @ np.ones(3)
     with pytest.raises(TypeError, match="operand of dtype object"):
