@@ -17,6 +17,7 @@ array([[ 5.437,  2.718],
 """
 import numbers
 import operator
+import warnings
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
@@ -213,6 +214,11 @@ class value(NDArrayOperatorsMixin):
         if dtype.kind not in "biufc":
             # (an object array of numbers has no derivative rule: not piecewise constant)
             raise unsupported("astype", "dtype=%s" % dtype)
+        if np.iscomplexobj(self._value) and dtype.kind not in "cb":  # (bool: nonzero)
+            # (numpy's own warning: the cast below goes through np.real, which
+            # gives none)
+            warnings.warn("Casting complex values to real discards the imaginary part",
+                          np.exceptions.ComplexWarning, stacklevel=2)
         if np.issubdtype(dtype, np.inexact):
             if np.iscomplexobj(self._value) and not np.issubdtype(dtype, np.complexfloating):
                 return np.real(self).astype(dtype)

@@ -207,3 +207,23 @@ def test_object_dtype_is_refused(call):
     x = forward.seed(np.array([1.0, 2.0]))
     with pytest.raises(sparsegrad.UnsupportedOperationError, match="object"):
         call(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_complex_to_real_astype_warns_as_numpy(dtype):
+    z0 = np.array([1.0 + 2.0j, -3.0 + 0.5j])
+    with pytest.warns(np.exceptions.ComplexWarning):
+        z0.astype(dtype)
+    x = forward.seed(np.array([1.0, 2.0]))
+    with pytest.warns(np.exceptions.ComplexWarning, match="discards the imaginary part"):
+        y = (x * (1 + 1j)).astype(dtype)
+    np.testing.assert_array_equal(y.value, (np.array([1.0, 2.0]) * (1 + 1j)).real.astype(dtype))
+
+
+def test_complex_to_bool_astype_is_nonzero_as_numpy():
+    x = forward.seed(np.array([0.0, 2.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = (x * 1j).astype(bool)
+    np.testing.assert_array_equal(y.value, [False, True])
+    assert y.dvalue.nnz == 0
