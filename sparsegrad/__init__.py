@@ -12,6 +12,7 @@ from ._fast import KERNELS
 from ._api import jacobian, value_and_jacobian, jvp, sparsity
 from ._memory import (keep_freed_memory, memory_pool_info, memory_pool_limit,
                       release_memory_pool)
+from ._structure import structure_cache_info, structure_cache_limit, clear_structure_cache
 from ._threads import set_num_threads, get_num_threads
 # the 0.0.15 API: ``from sparsegrad import *`` gives forward and these functions;
 # ``sparsevec`` is the submodule, callable as the 0.0.15 ``sparsevec(n, idx, v)``
@@ -27,6 +28,7 @@ __all__ = ["forward", "UnsupportedOperationError", "DensificationError",
            "SeedMismatchError", "KERNELS", "version",
            "jacobian", "value_and_jacobian", "jvp", "sparsity", "keep_freed_memory",
            "memory_pool_info", "memory_pool_limit", "release_memory_pool",
+           "structure_cache_info", "structure_cache_limit", "clear_structure_cache",
            "set_num_threads", "get_num_threads",
            "where", "dot", "sum", "hstack", "stack", "branch", "apply", "asdifferentiable",
            "sparsevec", "sparsesum", "sparsesum_bare", "optimize", "sparse", "linalg"]

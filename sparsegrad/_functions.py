@@ -31,7 +31,7 @@ import string
 import numpy as np
 import scipy.sparse
 
-from . import _backend
+from . import _backend, _structure
 from . import _jacobian as jac
 from ._errors import unsupported
 from ._fast import kernels
@@ -195,7 +195,7 @@ def _holds_arrays(args, kwargs):
     return any(mutable(v) for v in list(args) + list(kwargs.values()))
 
 
-def _move(apply, operands, fills=False, defer=False):
+def _move(apply, operands, fills=False, defer=False, key=None):
     """Apply a data-movement function to values and to Jacobian row numbers.
 
     ``apply(arrays, rows)`` is called once with the values (``rows=False``) and
@@ -208,7 +208,11 @@ def _move(apply, operands, fills=False, defer=False):
     deferred when the caller says ``defer`` (its ``apply`` keeps the dtype of
     float64 values and holds none of the caller's arrays, which could change
     before the value is read), computed when read from the values as they are
-    now.
+    now.  ``key``, when given, is a hashable description of everything besides
+    the operands' shapes that decides the row numbers (the function and its
+    arguments): they are then kept in the seed's structure for later
+    evaluations (:mod:`sparsegrad._structure`), and so are the selections
+    gathered by them.
     """
     operands = [coerce(o) for o in operands]
     forwards = _forwards(operands)
@@ -223,35 +227,94 @@ def _move(apply, operands, fills=False, defer=False):
     else:
         values = [nvalue(o) for o in operands]
         result = apply(values, False)
+    for x in forwards:
+        x._owns = False  # the result may be a view of its value
     jacobians = [x._jacobian for x in forwards]
+    moves = None
+    if key is not None and forwards:
+        moves = jacobians[0].seed.structure.moves
+        key = ("move", key, fills, tuple((isinstance(o, value), np.shape(v))
+                                         for o, v in zip(operands, values)))
+        known = _structure.recall(moves, key)
+        _structure.looked_up(known is not None)
+    if moves is None or known is None:
+        rows = _move_rows(apply, operands, values, fills)
+        shape = None if isinstance(rows, list) else rows.shape
+        rows = ([_final_rows(r, fills) for r in rows] if isinstance(rows, list)
+                else _final_rows(rows, fills))
+        if moves is not None:
+            _structure.store(moves, key, (rows, shape), jac.MAX_MOVES)
+            jacobians[0].seed.structure.keep(*(rows if isinstance(rows, list) else [rows]))
+    else:
+        rows, shape = known
+    if deferred:
+        if isinstance(rows, list):  # (several results: computed now)
+            result = apply([compute(v) for v in values], False)
+        else:
+            result = Deferred(lambda *arrays: apply(list(arrays), False), values, shape,
+                              np.float64)
+    stacked = jac.vstack(jacobians)
+
+    def pair(v, r, k=0):
+        return make(v, jac.take_rows(stacked, r, None if moves is None else key + (k,)))
+
+    if isinstance(result, (list, tuple)):
+        return [pair(v, r, k) for k, (v, r) in enumerate(zip(result, rows))]
+    return pair(result, rows)
+
+
+def _move_rows(apply, operands, values, fills):
+    """The row numbers of a movement (see :func:`_move`): an array, or a list of them."""
     offset = 0 if fills else 1
     numbers_ = []
     for operand, v in zip(operands, values):
         if isinstance(operand, value):
-            operand._owns = False  # the result may be a view of its value
             numbers_.append(row_index(operand.shape) + offset if offset
                             else row_index(operand.shape))
             offset += operand.size
         else:
             numbers_.append(np.full(np.shape(v), -1 if fills else 0, dtype=INDEX_DTYPE))
     rows = apply(numbers_, True)
-    if deferred:
-        if isinstance(rows, (list, tuple)):  # (several results: computed now)
-            result = apply([compute(v) for v in values], False)
-        else:
-            result = Deferred(lambda *arrays: apply(list(arrays), False), values,
-                              np.shape(rows), np.float64)
-    stacked = jac.vstack(jacobians)
+    return list(rows) if isinstance(rows, (list, tuple)) else np.asarray(rows)
 
-    def pair(v, r):
-        r = np.asarray(r).ravel()
-        # (ours, made read-only: a selection keeps these rows without a copy)
-        r = jac._readonly(r if fills else r - 1)
-        return make(v, jac.take_rows(stacked, r))
 
-    if isinstance(result, (list, tuple)):
-        return [pair(v, r) for v, r in zip(result, rows)]
-    return pair(result, rows)
+def _final_rows(rows, fills):
+    """Row numbers of a movement's result as ``take_rows`` takes them (``-1``: none)."""
+    rows = np.asarray(rows).ravel()
+    # (ours, made read-only: a selection keeps these rows without a copy)
+    return jac._readonly(rows if fills else rows - 1)
+
+
+def _movement_key(function, args, kwargs):
+    """A hashable key for the row numbers of ``function(a, *args, **kwargs)``, or None.
+
+    Only arguments made of Python ints, strings, ``None`` and lists or tuples
+    of them qualify (an array argument could change before the next call);
+    numpy integers count as the ints they equal, bools keep their type.
+
+    >>> _movement_key(np.roll, (1,), {"axis": np.int64(0)})[1:]
+    (1, ('axis', 0))
+    >>> _movement_key(np.roll, (np.array([1]),), {}) is None
+    True
+    """
+    def plain(v):
+        if type(v) in (int, str) or v is None:
+            return v
+        if isinstance(v, np.integer):
+            return int(v)
+        if type(v) is bool:
+            return ("bool", v)
+        if type(v) in (list, tuple):
+            parts = tuple(plain(part) for part in v)
+            return _UNKEYABLE if _UNKEYABLE in parts else (type(v).__name__,) + parts
+        return _UNKEYABLE
+    parts = tuple(plain(v) for v in args) + tuple((k, plain(v)) for k, v in sorted(kwargs.items()))
+    if any(p is _UNKEYABLE or (type(p) is tuple and p[1:] == (_UNKEYABLE,)) for p in parts):
+        return None
+    return (function,) + parts
+
+
+_UNKEYABLE = object()
 
 
 def _single(function):
@@ -267,7 +330,8 @@ def _single(function):
         host_args = [v if _backend.of(v) is _backend.CPU else _backend.to_host(v)
                      for v in args]
         return _move(lambda arrays, rows: function(arrays[0], *(host_args if rows else args),
-                                                   **kwargs), [a])
+                                                   **kwargs), [a],
+                     key=_movement_key(function, args, kwargs))
     return moved
 
 
@@ -293,7 +357,8 @@ def _reshaping(function, order_position):
             else:
                 kwargs = dict(kwargs, order=order)
         if order != "C" or not isinstance(a, value):
-            return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a])
+            return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a],
+                         key=_movement_key(function, args, kwargs))
         a._owns = False  # the result may be a view of its value
         raw = a._raw
         if type(raw) is Deferred and not _holds_arrays(args, kwargs) and "copy" not in kwargs:
@@ -383,7 +448,8 @@ def _pad(array, pad_width, mode="constant", **kwargs):
             options["constant_values"] = -1  # padding is constant: zero rows
         return np.pad(arrays[0], pad_width, mode=mode, **options)
     # (options such as constant_values are checked by numpy's call: made now)
-    return _move(apply, [array], fills=True, defer=not kwargs)
+    return _move(apply, [array], fills=True, defer=not kwargs,
+                 key=_movement_key(np.pad, (pad_width, mode), kwargs))
 
 
 def _sequence_function(function):
@@ -406,7 +472,8 @@ def _sequence_function(function):
             return function(arrs, *args, **options, **kwargs)
         # (dtype= may change the values' dtype, and numpy checks casting=: with
         # either, the values are computed now)
-        return _move(apply, arrays, defer=not options and not _holds_arrays(args, kwargs))
+        return _move(apply, arrays, defer=not options and not _holds_arrays(args, kwargs),
+                     key=_movement_key(function, args, kwargs))
     return joined
 
 

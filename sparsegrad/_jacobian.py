@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import _backend
+from . import _backend, _structure
 from ._fast._reference import _repeat
 from ._errors import SeedMismatchError
 
@@ -52,8 +52,8 @@ class Seed:
         default).
     """
 
-    __slots__ = ("size", "scalar", "complex", "pattern_only", "selections", "index_rows",
-                 "backend")
+    __slots__ = ("size", "scalar", "complex", "pattern_only", "structure", "selections",
+                 "index_rows", "backend")
 
     def __init__(self, size, scalar, complex, pattern_only, backend=_backend.CPU):
         self.size = int(size)
@@ -62,13 +62,15 @@ class Seed:
         self.scalar = bool(scalar)
         self.complex = bool(complex)
         self.pattern_only = bool(pattern_only)
+        # structure shared with later seeds of this size (sparsegrad._structure):
         # selection matrices of slices of the seed, by (shape, slices): ``x[1:-1]``
         # written three times in a residual shares one matrix, so its terms
-        # combine by row scaling instead of a merge
-        self.selections = {}
-        # read-only copies of the int64 index arrays read from its values, by
-        # the array's id (see sparsegrad._value._rows_read)
-        self.index_rows = {}
+        # combine by row scaling instead of a merge; read-only copies of the
+        # int64 index arrays read from its values, by the array's id (see
+        # sparsegrad._value._rows_read)
+        self.structure = _structure.for_seed(self.size, backend is _backend.CPU)
+        self.selections = self.structure.selections
+        self.index_rows = self.structure.index_rows
 
 
 def _readonly(array):
@@ -156,6 +158,10 @@ class CSR:
                 return False
             return int(columns.max()) < 0
         return self.nnz == 0
+
+    def arrays(self):
+        """The arrays it holds now (for counting the bytes a cache keeps)."""
+        return (self.columns, self._indptr, self._indices, self.data)
 
     def max_entries(self):
         """An upper bound of ``nnz`` that builds nothing."""
@@ -363,6 +369,9 @@ PENDING_PRODUCTS = True
 
 #: index arrays a seed keeps copies of (see ``Seed.index_rows``)
 MAX_INDEX_ROWS = 64
+
+#: row numbers of data movements a seed's structure keeps (see sparsegrad._functions._move)
+MAX_MOVES = 64
 
 #: terms a sum may hold before they are merged into one matrix
 MAX_TERMS = 16
@@ -580,7 +589,10 @@ class _Rows:
                           tuple(step // item for step in rows.strides))
             self._contiguous = rows.flags.c_contiguous
         else:
-            self._flat = rows.astype(INDEX_DTYPE, copy=False).reshape(-1)
+            # (a 1-d int64 array is kept as the very object: gathers cached under
+            # an index array recognise the seed's copy of it by identity)
+            flat = rows.astype(INDEX_DTYPE, copy=False)
+            self._flat = flat if flat.ndim == 1 else flat.reshape(-1)
 
     def is_all(self):
         """Whether the rows are ``0, 1, ..., n - 1`` for ``n`` source rows, in order."""
@@ -672,11 +684,15 @@ def _gather(seed, M, rows, key):
     cache = None
     if key is not None:
         cache = seed.selections if M is None else M.gathers
-        hit = cache.get(key)
-        if hit is not None:
-            stored_rows, matrix = hit
-            if stored_rows is None or rows.equals(stored_rows):
-                return matrix
+        hit = _structure.recall(cache, key)
+        # (keys naming an index array: on the host the seed's copy of it, the
+        # same object while the array is the same and unchanged, see
+        # sparsegrad._value._rows_read; a device's row numbers are compared)
+        found = hit is not None and (hit[0] is None or hit[0] is rows.flat or (
+            seed.backend is not _backend.CPU and rows.equals(hit[0])))
+        _structure.looked_up(found)
+        if found:
+            return hit[1]
     if M is None:
         result = _selection(seed.size, rows.flat_on(seed.backend), first=rows.run_start())
     elif M.columns is not None:  # a selection of a selection: compose the columns
@@ -701,13 +717,15 @@ def _gather(seed, M, rows, key):
             M.indptr, M.indices, M.data, rows.flat_on(seed.backend))
         result = CSR((rows.size, seed.size), indptr, indices, data)
     if cache is not None:
-        if len(cache) >= (_MAX_SELECTIONS if M is None else _MAX_GATHERS):
-            cache.clear()
         stored = None
         if key[0] == "array":  # (our own read-only row numbers need no copy)
             flat = rows.flat
             stored = flat if not getattr(flat.flags, "writeable", True) else flat.copy()
-        cache[key] = (stored, result)
+        _structure.store(cache, key, (stored, result),
+                         _MAX_SELECTIONS if M is None else _MAX_GATHERS)
+        # (a read-only stored array is the index copy, counted where it was kept)
+        seed.structure.keep(None if stored is rows.flat else stored,
+                            *result.arrays())
     return result
 
 

@@ -18,11 +18,12 @@ array([[ 5.437,  2.718],
 import numbers
 import operator
 import warnings
+import weakref
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import _backend
+from . import _backend, _structure
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
@@ -252,7 +253,7 @@ class value(NDArrayOperatorsMixin):
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)
         rows = jac._readonly(_rows_read(self.shape, row_key, xp,
-                                        None if assembly else self._jac.seed.index_rows))
+                                        None if assembly else self._jac.seed.structure))
         if assembly:
             return make(result, self._jac.take_rows(rows))
         return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, row_key),
@@ -271,12 +272,13 @@ class value(NDArrayOperatorsMixin):
         """``self[key]`` of a deferred 1-d value by an integer index array: deferred
         too, gathered by our copy of the row numbers (checked at once)."""
         seed = self._jac.seed
-        rows = jac._readonly(_rows_read(self.shape, key, np, seed.index_rows))
-        if seed.index_rows.get(id(key)) is rows:
+        rows = jac._readonly(_rows_read(self.shape, key, np, seed.structure))
+        if _known_copy(seed.structure, key) is rows:
             # (the largest row of the seed's copy of an index array, found once)
             known = seed.index_rows.get(("max", id(rows)))
             if known is None or known[0] is not rows:
-                known = seed.index_rows[("max", id(rows))] = (rows, rows.max(initial=-1))
+                known = (rows, rows.max(initial=-1))
+                _structure.store(seed.index_rows, ("max", id(rows)), known, jac.MAX_INDEX_ROWS)
             largest = known[1]
         else:
             largest = rows.max(initial=-1)
@@ -444,33 +446,48 @@ def _device_keys(key, array, device_rows=False):
     return on_device[0], on_host[0], xp
 
 
-def _rows_read(shape, key, xp, known=None):
+def _rows_read(shape, key, xp, structure=None):
     """The Jacobian rows that ``array[key]`` reads, for an array of ``shape``: a
     view of the row numbers or a fresh (read-only) array.
 
-    The stencil case, an int64 index array without negative entries into a
+    The stencil case, an integer index array without negative entries into a
     1-d value, holds the rows themselves (the value's own indexing has
     checked their bounds): a copy is cheaper than gathering the row numbers.
-    ``known`` (a seed's :attr:`~sparsegrad._jacobian.Seed.index_rows`) keeps
-    these copies by the index array's ``id``: a stencil reads one index array
-    many times, and a copy found equal to the array is returned again, so
-    that every gather cached under it recognises it by identity.
+    ``structure`` (a seed's :class:`~sparsegrad._structure.Structure`) keeps
+    these copies by the index array's ``id`` (its ``index_rows``): a stencil
+    reads one index array many times, in every evaluation, and the copy is
+    returned again while the array is the same live object with the same
+    contents, so that every gather cached under it recognises it by
+    identity.  (Never for another array that took a dead one's ``id``, even
+    with equal contents: whether two reads share a matrix, and so how their
+    terms are summed, must not depend on where the allocator put a
+    temporary index array.)
     """
     if (type(key) is np.ndarray and len(shape) == 1 and key.ndim == 1
-            and key.dtype == jac.INDEX_DTYPE):
+            and key.dtype.kind in "iu"):
+        known = None if structure is None else structure.index_rows
         if known is not None:
-            stored = known.get(id(key))
-            # (an id outlives its array: the contents decide)
-            if stored is not None and stored.shape == key.shape and np.array_equal(stored, key):
-                return stored
-        rows = key.copy()  # (checked after the copy, in cache)
+            entry = _structure.recall(known, id(key))
+            # (an array can be written in place between reads: the contents decide)
+            found = (entry is not None and entry[0]() is key
+                     and np.array_equal(entry[1], key))
+            _structure.looked_up(found)
+            if found:
+                return entry[1]
+        rows = key.astype(jac.INDEX_DTYPE)  # (a copy; checked after it, in cache)
         if rows.size == 0 or rows.min() >= 0:
             if known is not None:
-                if len(known) >= jac.MAX_INDEX_ROWS:
-                    known.clear()
-                known[id(key)] = jac._readonly(rows)
+                _structure.store(known, id(key), (weakref.ref(key), jac._readonly(rows)),
+                                 jac.MAX_INDEX_ROWS)
+                structure.keep(rows)
             return rows
     return row_index(shape, xp)[key]
+
+
+def _known_copy(structure, key):
+    """The copy of index array ``key`` that ``structure`` keeps, or None."""
+    entry = structure.index_rows.get(id(key))
+    return None if entry is None or entry[0]() is not key else entry[1]
 
 
 def _broadcast_rows(shape, target_shape):
@@ -485,10 +502,11 @@ def _broadcast_rows(shape, target_shape):
 def _slice_key(shape, key):
     """A hashable form of an indexing key, for sharing gathers (None: do not share).
 
-    Slices and ints give their normal form; an integer index array gives its
-    identity (the gather cache then compares contents before reuse).
+    Slices and ints give their normal form; a 1-d integer index array gives its
+    ``id``, under which a gather is reused only for the same live, unchanged
+    array (see :func:`_rows_read`; a device's row numbers are compared).
     """
-    if getattr(key, "ndim", 0) and key.dtype.kind in "iu" and len(shape) == 1:
+    if getattr(key, "ndim", 0) == 1 and key.dtype.kind in "iu" and len(shape) == 1:
         return ("array", shape, id(key))  # (host or device arrays)
     parts = key if isinstance(key, tuple) else (key,)
     if len(parts) > len(shape):

@@ -1,0 +1,219 @@
+"""Structure kept between evaluations: selections, index copies, row numbers of moves.
+
+A Newton loop evaluates the same residual many times with the same shapes,
+slices, index arrays and paddings; only the values change.  The structural
+work of an evaluation (the selection matrix of ``x[1:-1]`` or ``x[east]``, the
+read-only copy of the index array ``east``, the row numbers of ``np.pad``, the
+compositions of such selections) depends on nothing else, so seeds of one
+size on the host share one :class:`Structure` that keeps it, and a later
+evaluation finds it instead of rebuilding it.
+
+Never stale, by construction.  Every entry is found under a key that
+determines it exactly (a shape with normalised slices, the arguments of a data
+movement), or under an index array's ``id`` and then only after its stored
+copy was compared with the array as it is now (an ``id`` outlives its array,
+and an array can be written in place): a changed branch, index array or shape
+misses and computes afresh.  The entries are immutable (read-only arrays, the
+immutable :class:`sparsegrad._jacobian.CSR`).
+
+Bounded and clearable.  The bytes of the arrays kept are counted as they are
+stored; past :func:`structure_cache_limit` (128 MiB by default,
+``SPARSEGRAD_STRUCTURE_CACHE_BYTES`` in the environment, ``0`` keeps
+structure only within one evaluation) every structure is forgotten (an
+evaluation under way keeps its own to its end, later ones start afresh).
+:func:`structure_cache_info` reports the bytes held and the lookups that hit
+or missed; :func:`clear_structure_cache` empties it.  Device seeds (CuPy) keep
+their structure per evaluation.
+
+>>> import numpy as np
+>>> from sparsegrad import forward
+>>> clear_structure_cache()
+>>> east = np.array([1, 2, 0])
+>>> for _ in range(2):
+...     J = (forward.seed(np.ones(3))[east] * 2).dvalue
+>>> info = structure_cache_info()
+>>> info.hits >= 1 and info.held_bytes > 0
+True
+"""
+import collections
+import threading
+
+from ._settings import environment_int
+
+__all__ = ["Structure", "for_seed", "recall", "store", "looked_up", "structure_cache_info",
+           "structure_cache_limit", "clear_structure_cache", "StructureInfo"]
+
+StructureInfo = collections.namedtuple("StructureInfo",
+                                       "enabled held_bytes limit hits misses sizes")
+StructureInfo.__doc__ = """State of the structure kept between evaluations.
+
+enabled : seeds of one size share their structure (the limit is above zero)
+held_bytes : bytes of the arrays kept (counted when stored, until emptied)
+limit : past this many bytes every structure is emptied
+hits, misses : lookups that found an entry, and those that built one
+sizes : the seed sizes that have a structure now
+"""
+
+_DEFAULT_BYTES = 128 * 2 ** 20
+#: seed sizes that keep a structure at once (the least recently seeded is dropped)
+_MAX_SIZES = 8
+
+
+class Structure:
+    """The structural caches of seeds of one size.
+
+    Attributes
+    ----------
+    selections : dict
+        Selection matrices gathered from the identity, by the key of their
+        rows (see :func:`sparsegrad._jacobian.take_rows`).
+    index_rows : dict
+        Read-only copies of index arrays, by the array's ``id`` (see
+        :func:`sparsegrad._value._rows_read`).
+    moves : dict
+        Row numbers of data movements (``np.pad``, ``np.roll``...), by their
+        arguments and operand shapes (see :func:`sparsegrad._functions._move`).
+    shared : bool
+        Kept between evaluations (False: one seed's own, as on devices).
+    """
+
+    __slots__ = ("selections", "index_rows", "moves", "shared", "nbytes")
+
+    def __init__(self, shared):
+        self.selections = {}
+        self.index_rows = {}
+        self.moves = {}
+        self.shared = shared
+        self.nbytes = 0
+
+    def keep(self, *arrays):
+        """Count the bytes of ``arrays`` (None skipped), just stored in a cache."""
+        if self.shared:
+            self.nbytes += sum(a.nbytes for a in arrays if a is not None)
+            if self.nbytes > _state["limit"] or _held() > _state["limit"]:
+                _drop_all()
+
+
+def recall(cache, key):
+    """``cache[key]`` or None, made the most recently used entry.
+
+    Caches evict their least recently used entry (:func:`store`), not all at
+    once: the entries an evaluation uses stay for the rest of it, so that two
+    reads of one key always share one matrix, however full the cache was with
+    entries of earlier evaluations (and the sums, hence the rounding, of an
+    evaluation do not depend on them).
+    """
+    entry = cache.pop(key, None)
+    if entry is not None:
+        cache[key] = entry
+    return entry
+
+
+def store(cache, key, entry, capacity):
+    """``cache[key] = entry``, evicting the least recently used entries past ``capacity``."""
+    cache.pop(key, None)
+    cache[key] = entry
+    while len(cache) > capacity:
+        del cache[next(iter(cache))]
+
+
+def looked_up(found):
+    """Count one lookup of a structural cache (``found``: it hit)."""
+    _state["hits" if found else "misses"] += 1
+
+
+_lock = threading.Lock()
+_structures = collections.OrderedDict()  # seed size -> Structure, least recent first
+_state = {"limit": environment_int("SPARSEGRAD_STRUCTURE_CACHE_BYTES", _DEFAULT_BYTES, 0,
+                                   "bytes"),
+          "hits": 0, "misses": 0}
+
+
+def for_seed(size, on_host):
+    """The :class:`Structure` of a new seed of ``size`` columns.
+
+    Seeds on the host share one per size while the limit is above zero; a
+    device seed, or any seed with a zero limit, gets its own.
+    """
+    if not on_host or _state["limit"] == 0:
+        return Structure(shared=False)
+    with _lock:
+        structure = _structures.get(size)
+        if structure is None:
+            structure = _structures[size] = Structure(shared=True)
+            if len(_structures) > _MAX_SIZES:
+                _structures.popitem(last=False)[1].shared = False
+        else:
+            _structures.move_to_end(size)
+        return structure
+
+
+def _held():
+    return sum(structure.nbytes for structure in list(_structures.values()))
+
+
+def _drop_all():
+    """Forget every structure.  Never emptied in place: an evaluation under way
+    keeps its seeds' structure intact to its end (its reads of one key keep
+    sharing one matrix), later seeds start afresh."""
+    with _lock:
+        for structure in _structures.values():
+            structure.shared = False  # (no longer counted)
+        _structures.clear()
+
+
+def structure_cache_info():
+    """The state of the structure kept between evaluations, as a :data:`StructureInfo`.
+
+    Examples
+    --------
+    >>> info = structure_cache_info()
+    >>> info.held_bytes <= info.limit or not info.enabled
+    True
+    """
+    with _lock:
+        held = _held()
+        sizes = tuple(_structures)
+    return StructureInfo(_state["limit"] > 0, held, _state["limit"], _state["hits"],
+                         _state["misses"], sizes)
+
+
+def structure_cache_limit(nbytes=None):
+    """The most bytes of structure kept between evaluations; with ``nbytes``, set it first.
+
+    ``0`` keeps structure only within one evaluation (each seed its own, as
+    before the first call).  A limit below the bytes held empties the cache.
+
+    Examples
+    --------
+    >>> previous = structure_cache_limit()
+    >>> structure_cache_limit(0)
+    0
+    >>> structure_cache_limit(previous) == previous
+    True
+    """
+    if nbytes is not None:
+        from ._memory import _whole_bytes  # (one rule for byte counts)
+        nbytes = _whole_bytes(nbytes, "structure_cache_limit")
+        if nbytes < 0:
+            raise ValueError("structure_cache_limit: nbytes must be >= 0, got %d" % nbytes)
+        _state["limit"] = nbytes
+        if _held() > nbytes:
+            _drop_all()
+    return _state["limit"]
+
+
+def clear_structure_cache():
+    """Forget every structure kept between evaluations and reset the lookup counts.
+
+    Values seeded before keep their structure (an evaluation under way is not
+    disturbed); later seeds start afresh.
+
+    Examples
+    --------
+    >>> clear_structure_cache()
+    >>> structure_cache_info().held_bytes
+    0
+    """
+    _drop_all()
+    _state["hits"] = _state["misses"] = 0
