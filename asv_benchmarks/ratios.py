@@ -108,6 +108,19 @@ def _sample(func, number):
             gc.enable()
 
 
+#: structure cache lookups (hits, misses) before the last time it was emptied
+_STRUCTURE_COUNTS = [0, 0]
+
+
+def _forget_structure():
+    """Empty sparsegrad's structure cache, keeping count of its lookups so far."""
+    import sparsegrad
+    info = sparsegrad.structure_cache_info()
+    _STRUCTURE_COUNTS[0] += info.hits
+    _STRUCTURE_COUNTS[1] += info.misses
+    sparsegrad.clear_structure_cache()
+
+
 def _loops(func, min_time):
     """How many calls make one sample last at least ``min_time`` (like timeit.autorange)."""
     number = 1
@@ -150,10 +163,11 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
     if sparsity:
         funcs["sparsity"] = pattern
     plain()
-    # the first evaluation of this case, with sparsegrad's memory pool emptied:
-    # what a single Jacobian costs, against the repeated ones timed below
+    # the first evaluation of this case, with sparsegrad's memory pool and structure
+    # cache emptied: what a single Jacobian costs, against the repeated ones below
     import sparsegrad
     sparsegrad.release_memory_pool()
+    _forget_structure()
     gc.collect()
     start = time.perf_counter()
     jacobian()
@@ -311,8 +325,8 @@ def report(results, checks, out=print):
                 _mark(c["pass"]) if c["target"] else "(info)"))
     if results and "first_ratio" in results[0]:
         out("")
-        out("first evaluation of each case, sparsegrad's memory pool emptied before it "
-            "(repeated evaluations above reuse the pool's memory)")
+        out("first evaluation of each case, sparsegrad's memory pool and structure cache "
+            "emptied before it (repeated evaluations above reuse both)")
         for r in results:
             out("  %-30s first %9.3f ms  %7.2fx the residual   (repeated %7.2fx)" % (
                 r["name"] + " " + r["label"], r["first_jacobian_s"] * 1e3, r["first_ratio"],
@@ -335,6 +349,14 @@ def report(results, checks, out=print):
             "fresh); numpy's residual keeps its own allocator and, from arrays of about "
             "128 KiB on, its own page faults: read the ratios with the residual column "
             "(docs/performance.md)" % (pool.held_bytes // 2 ** 20, pool.reused, pool.fresh))
+    structure = sparsegrad.structure_cache_info()
+    if structure.enabled:
+        out("note: repeated evaluations find their structure (selections, index copies, "
+            "row numbers of moves) in sparsegrad's structure cache: %d hits, %d misses "
+            "(emptied before each first evaluation), %d MiB held now (docs/solving.md, "
+            "Repeated evaluation)" % (structure.hits + _STRUCTURE_COUNTS[0],
+                                      structure.misses + _STRUCTURE_COUNTS[1],
+                                      structure.held_bytes // 2 ** 20))
     out("note: merges ran in up to %d thread(s) (sparsegrad.set_num_threads, --threads); "
         "numpy's residual runs in one" % sparsegrad.get_num_threads())
     if failed:
@@ -459,6 +481,7 @@ def main(argv=None):
                residual_in_pool=args.residual_in_pool)
     data["keep_freed_memory"] = bool(args.keep_freed_memory)
     data["memory_pool"] = sparsegrad.memory_pool_info()._asdict()
+    data["structure_cache"] = sparsegrad.structure_cache_info()._asdict()
     data["residual_in_pool"] = bool(args.residual_in_pool)
     data["threads"] = sparsegrad.get_num_threads()
     if args.json:
