@@ -930,6 +930,18 @@ cdef struct MergeState:
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+cdef inline uint64_t _largest_key(const uint64_t* keys, int64_t m) noexcept nogil:
+    """The largest of ``m >= 1`` keys."""
+    cdef int64_t p
+    cdef uint64_t top = keys[0]
+    for p in range(1, m):
+        if keys[p] > top:
+            top = keys[p]
+    return top
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_rows,
                            int64_t n_cols, Py_ssize_t n_terms, const Term* terms,
                            bint values, Dense* dense, oindex_t* out_indptr,
@@ -981,6 +993,7 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
 
     for i in range(r0, r1):
         start = nnz
+        bits = 0
         if (i & 7) == 0 and i + 64 < n_rows:
             # many terms are many concurrent memory streams: help the prefetcher
             for k in range(n_terms):
@@ -1055,17 +1068,20 @@ cdef int64_t _general_rows(MergeState* st, int64_t r0, int64_t r1, int64_t n_row
             out_indptr[i + 1] = nnz
             continue
         if m <= short_max:
-            # every column gathered lies in [0, MAX_KEY_COLS), so the keys hold
-            # it whole (the largest is checked against n_cols below)
-            if bits >= <uint64_t>MAX_KEY_COLS:
+            # every column must lie in [0, n_cols) before the row is written:
+            # the output has room for valid rows only, and an int32 output
+            # would truncate a column before it could be checked.  ``bits``,
+            # the or of the row's columns, bounds the largest (a negative
+            # column makes it huge); only when it does not settle the question
+            # are the keys (which hold columns below MAX_KEY_COLS whole)
+            # searched for the largest.
+            if bits >= ncols and (bits >= <uint64_t>MAX_KEY_COLS
+                                  or _largest_key(keys, m) >> KEY_SHIFT >= ncols):
                 status = -1
                 break
             nnz = _write_short_row(&st.so, keys, m, values, vals, out_indices, out_data, nnz)
             cmin = out_indices[start]
             cmax = out_indices[nnz - 1]
-            if cmax >= n_cols:
-                status = -1
-                break
             # try the window on the next row if this one would have fitted,
             # placed as this row's columns are placed
             try_window = cmax - cmin < 64 - 2 * WINDOW_MARGIN
@@ -2177,7 +2193,9 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     prepared = []
     kinds = []
     arange = None
-    longest = max([len(t[1]) for t in terms if t[0] is None] or [0])
+    # (a tuple too short to be a term is refused below, with the reference's
+    # ValueError)
+    longest = max([len(t[1]) for t in terms if len(t) > 1 and t[0] is None] or [0])
     for k in range(n_terms):
         term = terms[k]
         n_items = len(term)
@@ -2547,6 +2565,19 @@ cdef _validate_terms(prepared, int64_t nc):
 
 
 
+cdef _check_gather_rows(rows, int64_t n_src):
+    """Raise the reference's error for row numbers outside ``[-1, n_src)``:
+    ``ValueError`` below -1, ``RowIndexError`` (an ``IndexError`` and a
+    ``ValueError``) past the end."""
+    if rows.shape[0] == 0:
+        return
+    if rows.min() < -1:
+        raise ValueError("gather_rows: row indices must be >= -1")
+    if rows.max() >= n_src:
+        raise _reference.RowIndexError("gather_rows: row %d is out of range for %d rows"
+                         % (rows.max(), n_src))
+
+
 def gather_rows(indptr, indices, data, rows):
     """Rows ``rows`` of a CSR matrix, stacked; a row index of ``-1`` gives an empty row.
 
@@ -2571,8 +2602,8 @@ def gather_rows(indptr, indices, data, rows):
         data = _as_values(data, indices.shape[0], "data")
         kind = _kind(data.dtype)
         if kind < 0:
+            _check_gather_rows(rows, n_src)
             _check_indptr(indptr, n_src, indices.shape[0], "gather_rows source")
-            _check_range(rows, -1, n_src, "rows")
             return _reference.gather_rows(indptr, indices, data, rows)
         data = np.ascontiguousarray(data)
     n_out = rows.shape[0]
@@ -2586,7 +2617,7 @@ def gather_rows(indptr, indices, data, rows):
     with nogil:
         status = _gather_indptr(n_out, r, n_src, ip, nnz_src, oip)
     if status < 0:
-        _check_range(rows, -1, n_src, "rows")
+        _check_gather_rows(rows, n_src)
         _check_indptr(indptr, n_src, indices.shape[0], "gather_rows source")
         raise ValueError("gather_rows: invalid input")  # not reached
     nnz = oip[n_out]

@@ -53,6 +53,16 @@ __all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
            "selection_csr", "multiply_add", "take_product", "take"]
 
 
+class RowIndexError(IndexError, ValueError):
+    """A row number past the end of a matrix (``gather_rows``).
+
+    An ``IndexError``, as numpy's indexing raises, and a ``ValueError``, as
+    every other invalid kernel input raises (in the manner of numpy's
+    ``AxisError``): both kernel implementations raise it, and code catching
+    either base class sees it.
+    """
+
+
 def _namespace(*arrays):
     """The array module of the arguments: numpy, unless one of them is an array
     of another module (the first such argument decides).
@@ -82,6 +92,16 @@ def _namespace(*arrays):
             if xp is not np:
                 return xp
     return np
+
+
+def _as_index(xp, a, name):
+    """``a`` as an int64 array of ``xp``, refusing (``TypeError``, as the compiled
+    kernels do) an index array that is not empty and holds neither integers nor
+    values int64 holds exactly: floats would be truncated, uint64 wrapped."""
+    a = xp.asarray(a)
+    if a.size and not (a.dtype.kind in "iu" and np.can_cast(a.dtype, INDEX_DTYPE)):
+        raise TypeError("%s must hold int64 indices, got dtype %s" % (name, a.dtype))
+    return a.astype(INDEX_DTYPE, copy=False)
 
 
 def _repeat(xp, values, counts, total=None):
@@ -167,8 +187,8 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     (array([0, 1, 2]), array([1, 0]), array([2., 4.]))
     """
     xp = _namespace(rows, cols, values)
-    rows = xp.asarray(rows, dtype=INDEX_DTYPE)
-    cols = xp.asarray(cols, dtype=INDEX_DTYPE)
+    rows = _as_index(xp, rows, "coo_to_csr rows")
+    cols = _as_index(xp, cols, "coo_to_csr cols")
     checks = [(name, coords, bound) for name, coords, bound in
               (("rows", rows, n_rows), ("cols", cols, n_cols)) if len(coords)]
     flags = [(coords.min() < 0) | (coords.max() >= bound) for _, coords, bound in checks]
@@ -246,6 +266,13 @@ def _merge_term(term, n_rows):
     else:
         raise ValueError("merge_scaled: a term is (indptr, indices, data, row_scale"
                          "[, first_row[, factor]]), got a tuple of %d items" % len(term))
+    indices = _as_index(_namespace(indices), indices, "merge_scaled term indices")
+    if indptr is not None:
+        indptr = _as_index(_namespace(indptr), indptr, "merge_scaled term indptr")
+    if indptr is not None and len(term) == 4 and len(indptr) != n_rows + 1:
+        # (a shorter indptr would silently leave the last rows empty)
+        raise ValueError("merge_scaled: a term's indptr has length %d, expected %d"
+                         % (len(indptr), n_rows + 1))
     if isinstance(scale, tuple):
         scale, scale2 = _scale_pair(scale)
         scale = scale * scale2
@@ -342,6 +369,10 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
         cols.append(indices)
         total += len(indices)
         if not pattern_only:
+            if data is not None and len(data) != len(indices):
+                # (numpy would broadcast data of length 1)
+                raise ValueError("merge_scaled: a term's data has length %d, expected %d"
+                                 % (len(data), len(indices)))
             v = xp.ones(len(indices)) if data is None else data
             if scale is not None:
                 scale = xp.asarray(scale)
@@ -398,14 +429,16 @@ def gather_rows_by(source_positions, indptr, indices, data, rows):
     """:func:`gather_rows` with ``source_positions(xp, new_indptr, starts, counts)``
     finding where each entry comes from (a device kernel may do that step)."""
     xp = _namespace(indptr, indices, data, rows)
-    rows = xp.asarray(rows, dtype=INDEX_DTYPE)
+    rows = _as_index(xp, rows, "gather_rows rows")
+    # (the result's indices are int64 like every kernel's, whatever the input's)
+    indices = _as_index(xp, indices, "gather_rows indices")
     n_rows = len(indptr) - 1
     # one device sync for both bounds: numpy raises IndexError for a row past
     # the end, CuPy would wrap it around silently
     if len(rows) and bool((rows.min() < -1) | (rows.max() >= n_rows)):
         if rows.min() < -1:
             raise ValueError("gather_rows: row indices must be >= -1")
-        raise IndexError("gather_rows: row %d is out of range for %d rows"
+        raise RowIndexError("gather_rows: row %d is out of range for %d rows"
                          % (int(rows.max()), n_rows))
     # a row of -1 reads indptr[-1] and indptr[0], which exist even when the
     # source has no rows, and gets no entries
@@ -433,6 +466,15 @@ def matmul(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, n_cols,
     """
     xp = _namespace(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data)
     n_rows = len(a_indptr) - 1
+    n_b = len(b_indptr) - 1
+    checks = [(name, coords, bound) for name, coords, bound in
+              (("A", a_indices, n_b), ("B", b_indices, n_cols)) if len(coords)]
+    flags = [(coords.min() < 0) | (coords.max() >= bound) for _, coords, bound in checks]
+    # one device sync for both; a column of B that no entry of A selects is
+    # refused too (ValueError, as the compiled kernel does)
+    if flags and bool(flags[0] | flags[-1]):
+        name, _, bound = checks[0] if flags[0] else checks[-1]
+        raise ValueError("matmul: %s's column indices must lie in [0, %d)" % (name, bound))
     g_indptr, g_indices, g_data = gather_rows(b_indptr, b_indices,
                                               None if pattern_only else b_data, a_indices)
     # each stored a_ik selected row k of B; those rows belong to output row i
@@ -443,7 +485,9 @@ def matmul(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, n_cols,
         return coo_to_csr(n_rows, n_cols, out_rows, g_indices, None)
     a_vals = xp.ones(len(a_indices)) if a_data is None else a_data
     b_vals = xp.ones(len(g_indices)) if g_data is None else g_data
-    values = b_vals * _repeat(xp, a_vals, g_counts, len(g_indices))
+    # (xp.multiply, not ``*``: numpy's operator may reuse the temporary in place
+    # and then keep a byte-swapped input's dtype instead of the promoted one)
+    values = xp.multiply(b_vals, _repeat(xp, a_vals, g_counts, len(g_indices)))
     return coo_to_csr(n_rows, n_cols, out_rows, g_indices, values)
 
 
@@ -456,9 +500,14 @@ def scale_rows(indptr, data, scale):
     array([2., 2., 5.])
     """
     xp = _namespace(indptr, data, scale)
+    if len(scale) != len(indptr) - 1:
+        # (np.repeat would broadcast one row's counts over a longer scale)
+        raise ValueError("scale_rows: scale has length %d, expected %d"
+                         % (len(scale), len(indptr) - 1))
     repeated = _repeat(xp, xp.asarray(scale), xp.diff(indptr),
                        None if data is None else len(data))
-    return repeated if data is None else data * repeated
+    # (xp.multiply, not ``*``: see matmul)
+    return repeated if data is None else xp.multiply(data, repeated)
 
 
 def multiply_add(a, b, c):
@@ -525,7 +574,7 @@ def selection_csr(columns):
     (array([0, 1, 1, 2]), array([2, 0]))
     """
     xp = _namespace(columns)
-    columns = xp.asarray(columns, dtype=INDEX_DTYPE)
+    columns = _as_index(xp, columns, "selection_csr columns")
     if len(columns) and columns.min() < -1:
         row = int(xp.argmax(columns < -1))
         raise ValueError("selection_csr: columns must be >= -1, got %d at row %d"
