@@ -717,15 +717,16 @@ def _gather(seed, M, rows, key):
             M.indptr, M.indices, M.data, rows.flat_on(seed.backend))
         result = CSR((rows.size, seed.size), indptr, indices, data)
     if cache is not None:
-        stored = None
+        stored = copied = None
         if key[0] == "array":  # (our own read-only row numbers need no copy)
             flat = rows.flat
-            stored = flat if not getattr(flat.flags, "writeable", True) else flat.copy()
+            if getattr(flat.flags, "writeable", True):
+                stored = copied = flat.copy()
+            else:
+                stored = flat  # (the index copy, counted where it was kept)
         _structure.store(cache, key, (stored, result),
                          _MAX_SELECTIONS if M is None else _MAX_GATHERS)
-        # (a read-only stored array is the index copy, counted where it was kept)
-        seed.structure.keep(None if stored is rows.flat else stored,
-                            *result.arrays())
+        seed.structure.keep(copied, *result.arrays())
     return result
 
 
