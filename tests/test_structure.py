@@ -1,6 +1,6 @@
 """Structure kept between evaluations (sparsegrad._structure): reused, never stale,
 bounded, clearable, and without effect on the numbers."""
-import threading
+import concurrent.futures
 
 import numpy as np
 import pytest
@@ -115,20 +115,12 @@ def test_seed_sizes_kept_at_once_are_bounded():
 def test_evaluations_in_threads_share_it_safely():
     residual, x0 = PROBLEMS["sw"].setup(10)
     expected = _jacobian(residual, x0)
-    errors = []
 
-    def work():
-        try:
-            for _ in range(20):
-                _same(_jacobian(residual, x0), expected)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    def work(_):
+        for _ in range(20):
+            _same(_jacobian(residual, x0), expected)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        list(pool.map(work, range(3)))               # (re-raises a thread's failure)
 
 
 def test_sums_do_not_depend_on_what_earlier_evaluations_left():

@@ -161,6 +161,17 @@ def _add_later_entries(xp, data, values, first, starts):
         data[run[step]] += values[positions[step]]
 
 
+def _check_bounds(message, first, second):
+    """Raise ``ValueError(message % (name, bound))`` for the first of two
+    ``(name, indices, bound)`` whose indices leave ``[0, bound)``, with one
+    device sync for both (empty index arrays pass)."""
+    checks = [check for check in (first, second) if len(check[1])]
+    flags = [(coords.min() < 0) | (coords.max() >= bound) for _, coords, bound in checks]
+    if flags and bool(flags[0] | flags[-1]):
+        name, _, bound = checks[0] if flags[0] else checks[-1]
+        raise ValueError(message % (name, bound))
+
+
 def coo_to_csr(n_rows, n_cols, rows, cols, values):
     """Canonical CSR from coordinate triplets, summing duplicates.
 
@@ -189,13 +200,8 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
     xp = _namespace(rows, cols, values)
     rows = _as_index(xp, rows, "coo_to_csr rows")
     cols = _as_index(xp, cols, "coo_to_csr cols")
-    checks = [(name, coords, bound) for name, coords, bound in
-              (("rows", rows, n_rows), ("cols", cols, n_cols)) if len(coords)]
-    flags = [(coords.min() < 0) | (coords.max() >= bound) for _, coords, bound in checks]
-    # one device sync for both bounds; the error path names the culprit
-    if flags and bool(flags[0] | flags[-1]):
-        name, _, bound = checks[0] if flags[0] else checks[-1]
-        raise ValueError("coo_to_csr: %s must lie in [0, %d)" % (name, bound))
+    _check_bounds("coo_to_csr: %s must lie in [0, %d)", ("rows", rows, n_rows),
+                  ("cols", cols, n_cols))
     key = rows * INDEX_DTYPE(max(n_cols, 1)) + cols
     # stable: equal keys keep their input order (cupy sorts stably and takes
     # kind="stable", documented since CuPy 12)
@@ -467,14 +473,10 @@ def matmul(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, n_cols,
     xp = _namespace(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data)
     n_rows = len(a_indptr) - 1
     n_b = len(b_indptr) - 1
-    checks = [(name, coords, bound) for name, coords, bound in
-              (("A", a_indices, n_b), ("B", b_indices, n_cols)) if len(coords)]
-    flags = [(coords.min() < 0) | (coords.max() >= bound) for _, coords, bound in checks]
-    # one device sync for both; a column of B that no entry of A selects is
-    # refused too (ValueError, as the compiled kernel does)
-    if flags and bool(flags[0] | flags[-1]):
-        name, _, bound = checks[0] if flags[0] else checks[-1]
-        raise ValueError("matmul: %s's column indices must lie in [0, %d)" % (name, bound))
+    # (a column of B that no entry of A selects is refused too, as the compiled
+    # kernel does)
+    _check_bounds("matmul: %s's column indices must lie in [0, %d)", ("A", a_indices, n_b),
+                  ("B", b_indices, n_cols))
     g_indptr, g_indices, g_data = gather_rows(b_indptr, b_indices,
                                               None if pattern_only else b_data, a_indices)
     # each stored a_ik selected row k of B; those rows belong to output row i
