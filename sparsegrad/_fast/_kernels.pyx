@@ -2880,12 +2880,19 @@ def multiply_add(a, b, c):
     return out
 
 
+ctypedef fused gathered_t:
+    float
+    double
+    int64_t
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _take_product_loop(Py_ssize_t n, Py_ssize_t m, const real_t* a,
-                                const real_t* b, const int64_t* rows,
-                                real_t* out) noexcept nogil:
-    """Returns -1, or the first position whose row is out of range."""
+cdef int64_t _take_loop(Py_ssize_t n, Py_ssize_t m, const gathered_t* a,
+                        const gathered_t* b, const int64_t* rows,
+                        gathered_t* out) noexcept nogil:
+    """``out = a[rows]``, or ``(a * b)[rows]`` when ``b`` is not NULL.  Returns -1,
+    or the first position whose row is out of range."""
     cdef Py_ssize_t i
     cdef int64_t r
     for i in range(n):
@@ -2894,7 +2901,7 @@ cdef int64_t _take_product_loop(Py_ssize_t n, Py_ssize_t m, const real_t* a,
             r += m
         if <uint64_t>r >= <uint64_t>m:
             return i
-        out[i] = a[r] * b[r]
+        out[i] = a[r] if b == NULL else a[r] * b[r]
     return -1
 
 
@@ -2918,38 +2925,15 @@ def take_product(a, b, rows):
     cdef int64_t bad
     with nogil:
         if cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64:
-            bad = _take_product_loop[double](n, m, <const double*>pa, <const double*>pb, pr,
-                                             <double*>po)
+            bad = _take_loop[double](n, m, <const double*>pa, <const double*>pb, pr,
+                                     <double*>po)
         else:
-            bad = _take_product_loop[float](n, m, <const float*>pa, <const float*>pb, pr,
-                                            <float*>po)
+            bad = _take_loop[float](n, m, <const float*>pa, <const float*>pb, pr,
+                                    <float*>po)
     if bad >= 0:
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))
     return out
-
-
-ctypedef fused gathered_t:
-    float
-    double
-    int64_t
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _take_loop(Py_ssize_t n, Py_ssize_t m, const gathered_t* a,
-                        const int64_t* rows, gathered_t* out) noexcept nogil:
-    """Returns -1, or the first position whose row is out of range."""
-    cdef Py_ssize_t i
-    cdef int64_t r
-    for i in range(n):
-        r = rows[i]
-        if r < 0:
-            r += m
-        if <uint64_t>r >= <uint64_t>m:
-            return i
-        out[i] = a[r]
-    return -1
 
 
 def take(a, rows):
@@ -2978,11 +2962,11 @@ def take(a, rows):
     cdef int64_t bad
     with nogil:
         if typenum == cnp.NPY_FLOAT64:
-            bad = _take_loop[double](n, m, <const double*>pa, pr, <double*>po)
+            bad = _take_loop[double](n, m, <const double*>pa, NULL, pr, <double*>po)
         elif typenum == cnp.NPY_FLOAT32:
-            bad = _take_loop[float](n, m, <const float*>pa, pr, <float*>po)
+            bad = _take_loop[float](n, m, <const float*>pa, NULL, pr, <float*>po)
         else:
-            bad = _take_loop[int64_t](n, m, <const int64_t*>pa, pr, <int64_t*>po)
+            bad = _take_loop[int64_t](n, m, <const int64_t*>pa, NULL, pr, <int64_t*>po)
     if bad >= 0:
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))
