@@ -19,8 +19,13 @@ __all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]
 
 
 def _seed_array(x):
+    if isinstance(x, value):
+        # seeding its value would silently drop its own derivative: a Jacobian
+        # taken inside a function being differentiated would be wrong
+        raise TypeError("sparsegrad.forward.seed: x is a forward value; nested "
+                        "differentiation is not supported; seed its .value to "
+                        "differentiate at that point")
     # a private copy: later changes to the user's array cannot reach the forward value
-    x = nvalue(x) if isinstance(x, value) else x
     # (a device array is copied on its device)
     array = np.array(x, copy=True) if _backend.of(x) is _backend.CPU else x.copy()
     if array.dtype.kind in "biu":

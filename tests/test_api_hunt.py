@@ -135,3 +135,12 @@ def test_newton_complex_residual_for_a_real_x0_is_loud():
     # a complex start solves a holomorphic system in complex numbers
     result = newton(lambda x: x ** 2 + 4.0, np.array([1.0 + 1.0j]))
     assert result.success and np.allclose(result.x, [2.0j])
+
+
+@pytest.mark.parametrize("seeding", [forward.seed, forward.seed_sparsity,
+                                     lambda x: forward.seed(np.ones(2), x)])
+def test_seeding_a_forward_value_is_loud(seeding):
+    # its value alone would be seeded and its own derivative silently dropped
+    x = forward.seed(np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="forward value; nested differentiation"):
+        seeding(x * 2)
