@@ -81,6 +81,16 @@ def _output(result, name):
     return array, None
 
 
+def extra_arguments(args):
+    """``args`` as the tuple of extra arguments: a tuple as it is, anything else as
+    one argument (as ``scipy.optimize`` takes ``args``: ``args=p`` is ``args=(p,)``).
+
+    >>> extra_arguments(2.0), extra_arguments((1, 2)), len(extra_arguments([1, 2]))
+    ((2.0,), (1, 2), 1)
+    """
+    return args if isinstance(args, tuple) else (args,)
+
+
 def _refuse_forward(x, what, name):
     """Raise for a forward value given as a point to differentiate at.
 
@@ -276,7 +286,8 @@ def sparsity(f, x, args=(), kwargs=None, *, format="matrix"):
     x : array_like
         The point (any shape; columns follow ``x.ravel()``).
     args, kwargs : tuple and dict, optional
-        Extra arguments passed to ``f`` unchanged.
+        Extra arguments passed to ``f`` unchanged (a non-tuple ``args`` is one
+        argument, as in ``scipy.optimize``).
     format : {"matrix", "array", "dense"}, optional
         As in :func:`value_and_jacobian`.
 
@@ -293,7 +304,7 @@ def sparsity(f, x, args=(), kwargs=None, *, format="matrix"):
            [False,  True,  True]])
     """
     format = _check_format(format)
-    _, matrix, _ = _evaluate(f, (0,), (x,) + tuple(args), dict(kwargs or {}), True,
+    _, matrix, _ = _evaluate(f, (0,), (x,) + extra_arguments(args), dict(kwargs or {}), True,
                              "sparsegrad.sparsity")
     return _convert(matrix, format)
 
@@ -314,7 +325,8 @@ def jvp(f, x, v, args=(), kwargs=None):
     v : array_like
         The direction: ``x.shape`` or ``(x.size,)``.
     args, kwargs : tuple and dict, optional
-        Extra arguments passed to ``f`` unchanged.
+        Extra arguments passed to ``f`` unchanged (a non-tuple ``args`` is one
+        argument, as in ``scipy.optimize``).
 
     Returns
     -------
@@ -371,7 +383,8 @@ def jvp(f, x, v, args=(), kwargs=None):
                            direction.astype(np.result_type(direction.dtype, array.dtype))
                            .reshape(-1))
     x_forward = _make(array, _jacobian.Jacobian(seed, n, matrix=column))
-    result, J = _output(f(x_forward, *args, **dict(kwargs or {})), "sparsegrad.jvp")
+    result, J = _output(f(x_forward, *extra_arguments(args), **dict(kwargs or {})),
+                        "sparsegrad.jvp")
     if J is None:
         return result, xp.zeros(result.shape, _jacobian.matrix_dtype(seed, result.dtype))
     if J.seed is not seed:

@@ -24,7 +24,7 @@ import scipy.sparse.linalg
 from scipy.optimize import OptimizeResult
 
 from . import _backend
-from ._api import _value_and_jacobian
+from ._api import _value_and_jacobian, extra_arguments
 from ._value import is_forward as _is_forward
 
 __all__ = ["newton", "OptimizeResult", "direct_solvers"]
@@ -239,7 +239,8 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     x0 : array_like
         Starting point, any shape; ``F`` receives arrays of this shape.
     args : tuple, optional
-        Extra arguments of ``F``.
+        Extra arguments of ``F`` (anything but a tuple is one argument, as in
+        ``scipy.optimize``).
     tol : float, optional
         Converged when ``max|F(x)| <= tol``.
     xtol : float, optional
@@ -371,7 +372,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     else:
         solve, solver_name = _device_solver(backend, linear_solver, linear_options)
     _check_linear_options(linear_solver, linear_options)
-    args = tuple(args)
+    args = extra_arguments(args)
     parameter_args = args
     if any(_is_forward(a) for a in args):
         if not sensitivity:

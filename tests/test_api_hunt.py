@@ -144,3 +144,14 @@ def test_seeding_a_forward_value_is_loud(seeding):
     x = forward.seed(np.array([1.0, 2.0]))
     with pytest.raises(TypeError, match="forward value; nested differentiation"):
         seeding(x * 2)
+
+
+def test_a_non_tuple_args_is_one_argument_as_in_scipy():
+    p = np.array([2.0, 3.0])
+    f = lambda x, p: x * x - p
+    result = newton(f, np.ones(2), args=p)
+    np.testing.assert_allclose(result.x, np.sqrt(p), rtol=1e-12)
+    _, derivative = sparsegrad.jvp(f, np.ones(2), np.ones(2), args=p)
+    np.testing.assert_array_equal(derivative, [2.0, 2.0])
+    assert sparsegrad.sparsity(lambda x, p: x * p, np.ones(2), args=p).nnz == 2
+    assert sparsegrad.sparsity(lambda x, a, b: x * a * b, np.ones(2), args=(2.0, 3.0)).nnz == 2
