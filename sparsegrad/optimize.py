@@ -317,8 +317,8 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         unavailable ``linear_solver``, ``linear_options`` it does not take,
         or invalid tolerances (``divtol`` included).
     TypeError
-        For forward values in ``args`` without ``sensitivity=True``, or a
-        non-numeric or forward-value ``x0``.
+        For forward values in ``args`` without ``sensitivity=True``, a
+        non-numeric or forward-value ``x0``, or a residual of bools.
 
     Examples
     --------
@@ -402,6 +402,9 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
             raise ValueError("sparsegrad.optimize.newton: F returned %d values for %d "
                              "unknowns; Newton's method needs a square system"
                              % (f.size, x.size))
+        if f.dtype.kind == "b":
+            raise TypeError("sparsegrad.optimize.newton: F returned bool values; a "
+                            "residual is numbers (its Jacobian is zero)")
         if np.iscomplexobj(f) and not np.iscomplexobj(x_flat):
             # n complex equations in n real unknowns: the complex Newton step would
             # silently turn x complex, and F be differentiated at complex points
@@ -487,6 +490,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
                 break
             damping /= 2
             if damping < min_damping:
+                norms.append(norm)  # (x stays where it was: one norm per iteration)
                 return finish(-4, "max|F| = %.3e at iteration %d" % (norm, nit))
         x = trial
         step_norm = damping * _norm(step)

@@ -155,3 +155,8 @@ def test_a_non_tuple_args_is_one_argument_as_in_scipy():
     np.testing.assert_array_equal(derivative, [2.0, 2.0])
     assert sparsegrad.sparsity(lambda x, p: x * p, np.ones(2), args=p).nnz == 2
     assert sparsegrad.sparsity(lambda x, a, b: x * a * b, np.ones(2), args=(2.0, 3.0)).nnz == 2
+
+
+def test_newton_refuses_a_bool_residual():
+    with pytest.raises(TypeError, match="bool values"):
+        newton(lambda x: x > 1.0, np.ones(2))

@@ -128,6 +128,9 @@ def test_line_search_failure_is_reported():
     result = newton(np.arctan, np.array([3.0]), min_damping=0.5)
     assert not result.success and result.status == -4
     assert "line search failed" in result.message
+    # one norm before the first and after every iteration, the failed one too
+    assert result.nit == 1 and result.residual_norms == [np.arctan(3.0)] * 2
+    np.testing.assert_array_equal(result.x, [3.0])
     # with backtracking to small steps it converges
     assert newton(np.arctan, np.array([3.0])).success
 
