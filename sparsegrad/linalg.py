@@ -174,8 +174,11 @@ def _solve(A, A_applied, solve, b, name):
     x = np.asarray(solve(nvalue(b)))
     if not (A.is_forward or is_forward(b)):
         return x
-    # the residual b - A x at the constant x: its Jacobian is J_b - J_A x
-    residual = b - A_applied @ x
+    # the residual b - A x at the constant x: its Jacobian is J_b - J_A x (its
+    # value is not used: numpy's warnings about it, where x holds inf or nan after
+    # a singular solve, would be about nothing the caller gets)
+    with np.errstate(invalid="ignore", over="ignore"):
+        residual = b - A_applied @ x
     seed = jacobian_of(residual).seed
     return make(x, _solution_jacobian(solve, n, _matrix_of(residual), seed,
                                       "sparsegrad.linalg." + name))

@@ -3,6 +3,8 @@ sparsegrad.sparsevec: every derivative against an independent dense reference,
 and the inputs that used to give a silent wrong result, an unusable matrix or a
 confusing error.
 """
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse
@@ -184,3 +186,14 @@ def test_sparsesum_bare_refuses_non_numeric_values():
     r = sparsesum_bare(3, [([0, -1, 0], [x[0], x[1], 1.0])])
     np.testing.assert_array_equal(r.value, [2.0, 0.0, 2.0])
     np.testing.assert_array_equal(r.dvalue.toarray(), [[1, 0], [0, 0], [0, 1]])
+
+
+def test_a_solution_with_infinities_warns_nothing_of_its_own():
+    # the residual b - A x that carries the Jacobian is not a result: numpy's
+    # "invalid value" about its value would be about nothing the caller gets
+    x = forward.seed(np.array([2.0, 4.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = linalg.spsolve(sparse.diags(x), np.array([np.inf, 1.0]))
+    np.testing.assert_array_equal(y.value, [np.inf, 0.25])
+    np.testing.assert_array_equal(y.dvalue.toarray()[1], [0.0, -1.0 / 16])
