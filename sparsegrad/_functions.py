@@ -490,7 +490,7 @@ def _joined_in_order(function, arrays, args, kwargs):
     """
     if not arrays or not all(isinstance(x, value) for x in arrays):
         return None
-    if function is np.concatenate and len(args) + len(kwargs) <= 1:
+    if function is np.concatenate and len(args) + len(kwargs) <= 1 and set(kwargs) <= {"axis"}:
         axis = args[0] if args else kwargs.get("axis", 0)
     elif function is np.hstack and not args and not kwargs and all(x.ndim == 1 for x in arrays):
         axis = 0
