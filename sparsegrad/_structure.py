@@ -5,8 +5,12 @@ slices, index arrays and paddings; only the values change.  The structural
 work of an evaluation (the selection matrix of ``x[1:-1]`` or ``x[east]``, the
 read-only copy of the index array ``east``, the row numbers of ``np.pad``, the
 compositions of such selections) depends on nothing else, so seeds of one
-size on the host share one :class:`Structure` that keeps it, and a later
-evaluation finds it instead of rebuilding it.
+size on the host, in one thread, share one :class:`Structure` that keeps it,
+and a later evaluation finds it instead of rebuilding it.  (Not across
+threads: evaluations running at the same time would interleave their stores,
+one replacing or evicting an entry that another has used once and reads again,
+and that evaluation's terms would no longer share one matrix, so its sums
+would be rounded differently than with the cache off.)
 
 Never stale, by construction.  Every entry is found under a key that
 determines it exactly (a shape with normalised slices, the arguments of a data
@@ -55,8 +59,13 @@ sizes : the seed sizes that have a structure now
 """
 
 _DEFAULT_BYTES = 128 * 2 ** 20
-#: seed sizes that keep a structure at once (the least recently seeded is dropped)
+#: seed sizes that keep a structure at once in one thread (its least recently
+#: seeded is dropped)
 _MAX_SIZES = 8
+#: structures kept at once over all threads (the least recently seeded is
+#: dropped: a pool of many threads still keeps each one's, a finished thread's
+#: go in time)
+_MAX_STRUCTURES = 64
 
 
 class Structure:
@@ -94,6 +103,14 @@ class Structure:
                 _drop_all()
 
 
+#: makes each recall and store one step: a cache can be reached from two threads
+#: (a matrix's gathers, forward values handed to another thread), and an
+#: eviction racing another (both deleting the same least recent key, or one
+#: reading the order while the other changes it) would raise KeyError or
+#: RuntimeError in the middle of an evaluation
+_cache_lock = threading.Lock()
+
+
 def recall(cache, key):
     """``cache[key]`` or None, made the most recently used entry.
 
@@ -103,18 +120,20 @@ def recall(cache, key):
     entries of earlier evaluations (and the sums, hence the rounding, of an
     evaluation do not depend on them).
     """
-    entry = cache.pop(key, None)
-    if entry is not None:
-        cache[key] = entry
+    with _cache_lock:
+        entry = cache.pop(key, None)
+        if entry is not None:
+            cache[key] = entry
     return entry
 
 
 def store(cache, key, entry, capacity):
     """``cache[key] = entry``, evicting the least recently used entries past ``capacity``."""
-    cache.pop(key, None)
-    cache[key] = entry
-    while len(cache) > capacity:
-        del cache[next(iter(cache))]
+    with _cache_lock:
+        cache.pop(key, None)
+        cache[key] = entry
+        while len(cache) > capacity:
+            del cache[next(iter(cache))]
 
 
 def looked_up(found):
@@ -123,7 +142,8 @@ def looked_up(found):
 
 
 _lock = threading.Lock()
-_structures = collections.OrderedDict()  # seed size -> Structure, least recent first
+# (thread, seed size) -> Structure, least recent first
+_structures = collections.OrderedDict()
 _state = {"limit": environment_int("SPARSEGRAD_STRUCTURE_CACHE_BYTES", _DEFAULT_BYTES, 0,
                                    "bytes"),
           "hits": 0, "misses": 0}
@@ -132,19 +152,25 @@ _state = {"limit": environment_int("SPARSEGRAD_STRUCTURE_CACHE_BYTES", _DEFAULT_
 def for_seed(size, on_host):
     """The :class:`Structure` of a new seed of ``size`` columns.
 
-    Seeds on the host share one per size while the limit is above zero; a
-    device seed, or any seed with a zero limit, gets its own.
+    Seeds on the host share one per size and thread while the limit is above
+    zero (see the module's notes on threads); a device seed, or any seed with
+    a zero limit, gets its own.
     """
     if not on_host or _state["limit"] == 0:
         return Structure(shared=False)
+    thread = threading.get_ident()
+    key = (thread, size)
     with _lock:
-        structure = _structures.get(size)
+        structure = _structures.get(key)
         if structure is None:
-            structure = _structures[size] = Structure(shared=True)
-            if len(_structures) > _MAX_SIZES:
+            structure = _structures[key] = Structure(shared=True)
+            mine = [k for k in _structures if k[0] == thread]  # (least recent first)
+            if len(mine) > _MAX_SIZES:
+                _structures.pop(mine[0]).shared = False
+            if len(_structures) > _MAX_STRUCTURES:
                 _structures.popitem(last=False)[1].shared = False
         else:
-            _structures.move_to_end(size)
+            _structures.move_to_end(key)
         return structure
 
 
@@ -173,7 +199,7 @@ def structure_cache_info():
     """
     with _lock:
         held = _held()
-        sizes = tuple(_structures)
+        sizes = tuple(dict.fromkeys(size for _, size in _structures))
     return StructureInfo(_state["limit"] > 0, held, _state["limit"], _state["hits"],
                          _state["misses"], sizes)
 
