@@ -34,7 +34,6 @@ import scipy.sparse
 from . import _backend, _structure
 from . import _jacobian as jac
 from ._errors import unsupported
-from ._fast import kernels
 from ._indexing import row_index
 from ._deferred import Deferred, compute
 from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,

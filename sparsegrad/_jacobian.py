@@ -65,8 +65,8 @@ class Seed:
         # structure shared with later seeds of this size (sparsegrad._structure):
         # selection matrices of slices of the seed, by (shape, slices): ``x[1:-1]``
         # written three times in a residual shares one matrix, so its terms
-        # combine by row scaling instead of a merge; read-only copies of the
-        # int64 index arrays read from its values, by the array's id (see
+        # combine by row scaling instead of a merge; read-only int64 copies of
+        # the integer index arrays read from its values, by the array's id (see
         # sparsegrad._value._rows_read)
         self.structure = _structure.for_seed(self.size, backend is _backend.CPU)
         self.selections = self.structure.selections
@@ -367,7 +367,8 @@ def _times(d, factor):
 #: tests compare against bit for bit)
 PENDING_PRODUCTS = True
 
-#: index arrays a seed keeps copies of (see ``Seed.index_rows``)
+#: entries of a seed's ``index_rows``: copies of index arrays (and, for deferred
+#: values, their largest entries)
 MAX_INDEX_ROWS = 64
 
 #: row numbers of data movements a seed's structure keeps (see sparsegrad._functions._move)
@@ -626,8 +627,10 @@ class _Rows:
     def equals(self, stored):
         """Whether these row numbers equal ``stored`` (1-d), each array compared once.
 
-        The terms of one Jacobian cache their gathers under the same stored
-        row numbers: a gather of k terms compares the rows once, not k times.
+        For device seeds only (the host recognises its index copies by
+        identity, see :func:`_gather`).  The terms of one Jacobian cache their
+        gathers under the same stored row numbers: a gather of k terms
+        compares the rows once, not k times.
         """
         if any(known is stored for known in self._equal):
             return True
@@ -676,10 +679,13 @@ def _gather(seed, M, rows, key):
 
     Gathers from the identity are cached on the seed, gathers from a matrix on
     the matrix, under ``key`` (a hashable form of the rows, or None: no cache).
-    Keys that only identify an index array (``("array", id(array))``) are
-    checked against the stored rows before use, so a reused or modified array
-    can never return a stale matrix.  Sharing the result lets later sums
-    combine row factors instead of merging.
+    A key that only names an index array (``("array", shape, id(array))``) is
+    reused only for the rows it was stored with: on the host the very same
+    read-only copy of the array, which the seed's structure hands out only
+    while the array is alive and unchanged (``_value._rows_read``), on a
+    device row numbers compared equal; so a reused or modified array can
+    never return a stale matrix.  Sharing the result lets later sums combine
+    row factors instead of merging.
     """
     cache = None
     if key is not None:

@@ -21,7 +21,8 @@ misses and computes afresh.  The entries are immutable (read-only arrays, the
 immutable :class:`sparsegrad._jacobian.CSR`).
 
 Bounded and clearable.  The bytes of the arrays kept are counted as they are
-stored; past :func:`structure_cache_limit` (128 MiB by default,
+stored (and stay counted when an entry is evicted or replaced: a bound from
+above); past :func:`structure_cache_limit` (128 MiB by default,
 ``SPARSEGRAD_STRUCTURE_CACHE_BYTES`` in the environment, ``0`` keeps
 structure only within one evaluation) every structure is forgotten (an
 evaluation under way keeps its own to its end, later ones start afresh).
@@ -52,7 +53,8 @@ StructureInfo = collections.namedtuple("StructureInfo",
 StructureInfo.__doc__ = """State of the structure kept between evaluations.
 
 enabled : seeds of one size share their structure (the limit is above zero)
-held_bytes : bytes of the arrays kept (counted when stored, until emptied)
+held_bytes : bytes of the arrays stored since the cache was last emptied (an entry
+    evicted or replaced stays counted: at least what is held)
 limit : past this many bytes every structure is emptied
 hits, misses : lookups that found an entry, and those that built one
 sizes : the seed sizes that have a structure now
@@ -77,8 +79,9 @@ class Structure:
         Selection matrices gathered from the identity, by the key of their
         rows (see :func:`sparsegrad._jacobian.take_rows`).
     index_rows : dict
-        Read-only copies of index arrays, by the array's ``id`` (see
-        :func:`sparsegrad._value._rows_read`).
+        ``(weak reference to an index array, its read-only int64 copy)`` by the
+        array's ``id`` (see :func:`sparsegrad._value._rows_read`), and the
+        largest entry of a copy by ``("max", id(copy))``.
     moves : dict
         Row numbers of data movements (``np.pad``, ``np.roll``...), by their
         arguments and operand shapes (see :func:`sparsegrad._functions._move`).
@@ -207,8 +210,8 @@ def structure_cache_info():
 def structure_cache_limit(nbytes=None):
     """The most bytes of structure kept between evaluations; with ``nbytes``, set it first.
 
-    ``0`` keeps structure only within one evaluation (each seed its own, as
-    before the first call).  A limit below the bytes held empties the cache.
+    ``0`` keeps structure only within one evaluation (each later seed its
+    own).  A limit below the bytes held empties the cache.
 
     Examples
     --------

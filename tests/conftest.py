@@ -46,6 +46,17 @@ def cupy():
 
 
 @pytest.fixture
+def fresh_structure_cache():
+    """The structure cache emptied before and after the test, its limit restored."""
+    import sparsegrad
+    limit = sparsegrad.structure_cache_limit()
+    sparsegrad.clear_structure_cache()
+    yield
+    sparsegrad.structure_cache_limit(limit)
+    sparsegrad.clear_structure_cache()
+
+
+@pytest.fixture
 def rng():
     """A numpy Generator with a fixed seed, fresh for every test."""
     return np.random.default_rng(RNG_SEED)

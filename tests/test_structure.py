@@ -13,13 +13,7 @@ from sparsegrad.testing import numerical_jacobian
 from asv_benchmarks.problems import PROBLEMS
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    limit = sparsegrad.structure_cache_limit()
-    sparsegrad.clear_structure_cache()
-    yield
-    sparsegrad.structure_cache_limit(limit)
-    sparsegrad.clear_structure_cache()
+pytestmark = pytest.mark.usefixtures("fresh_structure_cache")
 
 
 def _jacobian(f, x0):

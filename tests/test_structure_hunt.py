@@ -12,13 +12,7 @@ from sparsegrad import forward, _structure
 from sparsegrad.testing import numerical_jacobian
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    limit = sparsegrad.structure_cache_limit()
-    sparsegrad.clear_structure_cache()
-    yield
-    sparsegrad.structure_cache_limit(limit)
-    sparsegrad.clear_structure_cache()
+pytestmark = pytest.mark.usefixtures("fresh_structure_cache")
 
 
 @pytest.fixture
