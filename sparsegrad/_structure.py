@@ -20,12 +20,14 @@ and an array can be written in place): a changed branch, index array or shape
 misses and computes afresh.  The entries are immutable (read-only arrays, the
 immutable :class:`sparsegrad._jacobian.CSR`).
 
-Bounded and clearable.  The bytes of the arrays kept are counted as they are
-stored (and stay counted when an entry is evicted or replaced: a bound from
-above); past :func:`structure_cache_limit` (128 MiB by default,
-``SPARSEGRAD_STRUCTURE_CACHE_BYTES`` in the environment, ``0`` keeps
-structure only within one evaluation) every structure is forgotten (an
-evaluation under way keeps its own to its end, later ones start afresh).
+Bounded and clearable.  The limit is :func:`structure_cache_limit` (128 MiB
+by default, ``SPARSEGRAD_STRUCTURE_CACHE_BYTES`` in the environment; ``0``
+keeps structure only within one evaluation).  The bytes of the arrays kept
+are counted as they are stored, a bound from above (an entry evicted or
+replaced stays counted, an array two entries share counts twice); when that
+count passes the limit, the arrays actually held are counted, each once, and
+only if they pass it too is every structure forgotten (an evaluation under
+way keeps its own to its end, later ones start afresh).
 :func:`structure_cache_info` reports the bytes held and the lookups that hit
 or missed; :func:`clear_structure_cache` empties it.  Device seeds (CuPy) keep
 their structure per evaluation.
@@ -53,8 +55,7 @@ StructureInfo = collections.namedtuple("StructureInfo",
 StructureInfo.__doc__ = """State of the structure kept between evaluations.
 
 enabled : seeds of one size share their structure (the limit is above zero)
-held_bytes : bytes of the arrays stored since the cache was last emptied (an entry
-    evicted or replaced stays counted: at least what is held)
+held_bytes : bytes of the arrays the structures hold, each array counted once
 limit : past this many bytes every structure is emptied
 hits, misses : lookups that found an entry, and those that built one
 sizes : the seed sizes that have a structure now
@@ -79,9 +80,10 @@ class Structure:
         Selection matrices gathered from the identity, by the key of their
         rows (see :func:`sparsegrad._jacobian.take_rows`).
     index_rows : dict
-        ``(weak reference to an index array, its read-only int64 copy)`` by the
-        array's ``id`` (see :func:`sparsegrad._value._rows_read`), and the
-        largest entry of a copy by ``("max", id(copy))``.
+        ``(weak reference to an index array, its read-only int64 copy, the row
+        numbers it reads)`` by the array's ``id`` (the last two one array unless
+        the index has negative entries; see :func:`sparsegrad._value._rows_read`),
+        and the largest row of those by ``("max", id(rows))``.
     moves : dict
         Row numbers of data movements (``np.pad``, ``np.roll``...), by their
         arguments and operand shapes (see :func:`sparsegrad._functions._move`).
@@ -103,7 +105,42 @@ class Structure:
         if self.shared:
             self.nbytes += sum(a.nbytes for a in arrays if a is not None)
             if self.nbytes > _state["limit"] or _held() > _state["limit"]:
-                _drop_all()
+                # (the running count only bounds what is held: count exactly,
+                # rarely, before forgetting everything)
+                if _held(exactly=True) > _state["limit"]:
+                    _drop_all()
+
+    def held_exactly(self):
+        """The bytes of the arrays this structure holds, each array once.
+
+        Walks the entries (``(stored rows, CSR)`` pairs in ``selections`` and in
+        the ``gathers`` of every matrix reached, the tuples of ``index_rows``,
+        the row numbers in ``moves``); sets the running count to it.
+        """
+        seen, total = set(), 0
+        matrices, arrays = [], []
+        for stored, matrix in list(self.selections.values()):
+            arrays.append(stored)
+            matrices.append(matrix)
+        for entry in list(self.index_rows.values()):
+            arrays.extend(part for part in entry if getattr(part, "ndim", 0))
+        for rows, _ in list(self.moves.values()):
+            arrays.extend(rows if isinstance(rows, list) else [rows])
+        while matrices:
+            matrix = matrices.pop()
+            if id(matrix) in seen:
+                continue
+            seen.add(id(matrix))
+            arrays.extend(matrix.arrays())
+            for stored, gathered in list(matrix.gathers.values()):
+                arrays.append(stored)
+                matrices.append(gathered)
+        for array in arrays:
+            if array is not None and id(array) not in seen:
+                seen.add(id(array))
+                total += array.nbytes
+        self.nbytes = total
+        return total
 
 
 #: makes each recall and store one step: a cache can be reached from two threads
@@ -177,8 +214,11 @@ def for_seed(size, on_host):
         return structure
 
 
-def _held():
-    return sum(structure.nbytes for structure in list(_structures.values()))
+def _held(exactly=False):
+    structures = list(_structures.values())
+    if exactly:
+        return sum(structure.held_exactly() for structure in structures)
+    return sum(structure.nbytes for structure in structures)
 
 
 def _drop_all():
@@ -201,7 +241,7 @@ def structure_cache_info():
     True
     """
     with _lock:
-        held = _held()
+        held = _held(exactly=True)
         sizes = tuple(dict.fromkeys(size for _, size in _structures))
     return StructureInfo(_state["limit"] > 0, held, _state["limit"], _state["hits"],
                          _state["misses"], sizes)
@@ -227,7 +267,7 @@ def structure_cache_limit(nbytes=None):
         if nbytes < 0:
             raise ValueError("structure_cache_limit: nbytes must be >= 0, got %d" % nbytes)
         _state["limit"] = nbytes
-        if _held() > nbytes:
+        if _held(exactly=True) > nbytes:
             _drop_all()
     return _state["limit"]
 

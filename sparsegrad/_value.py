@@ -215,9 +215,10 @@ class value(NDArrayOperatorsMixin):
         if dtype.kind not in "biufc":
             # (an object array of numbers has no derivative rule: not piecewise constant)
             raise unsupported("astype", "dtype=%s" % dtype)
-        if np.iscomplexobj(self._value) and dtype.kind not in "cb":  # (bool: nonzero)
+        if np.iscomplexobj(self._value) and dtype.kind == "f":
             # (numpy's own warning: the cast below goes through np.real, which
-            # gives none)
+            # gives none; integer casts are numpy's, which warns itself, and bool
+            # is a test for nonzero)
             warnings.warn("Casting complex values to real discards the imaginary part",
                           np.exceptions.ComplexWarning, stacklevel=2)
         if np.issubdtype(dtype, np.inexact):
@@ -450,9 +451,10 @@ def _rows_read(shape, key, xp, structure=None):
     """The Jacobian rows that ``array[key]`` reads, for an array of ``shape``: a
     view of the row numbers or a fresh (read-only) array.
 
-    The stencil case, an integer index array without negative entries into a
-    1-d value, holds the rows themselves (the value's own indexing has
-    checked their bounds): a copy is cheaper than gathering the row numbers.
+    The stencil case, an integer index array into a 1-d value, holds the rows
+    themselves (negative entries counted from the end, as numpy does; the
+    value's own indexing has checked their bounds): a copy is cheaper than
+    gathering the row numbers.
     ``structure`` (a seed's :class:`~sparsegrad._structure.Structure`) keeps
     these copies by the index array's ``id`` (its ``index_rows``): a stencil
     reads one index array many times, in every evaluation, and the copy is
@@ -473,13 +475,16 @@ def _rows_read(shape, key, xp, structure=None):
                      and np.array_equal(entry[1], key))
             _structure.looked_up(found)
             if found:
-                return entry[1]
-        rows = key.astype(jac.INDEX_DTYPE)  # (a copy; checked after it, in cache)
+                return entry[2]
+        contents = key.astype(jac.INDEX_DTYPE)  # (a copy; checked after it, in cache)
+        rows = contents
+        if rows.size and rows.min() < 0:  # (x[i - 1] at i = 0: numpy counts from the end)
+            rows = rows + np.where(rows < 0, shape[0], 0)
         if rows.size == 0 or rows.min() >= 0:
             if known is not None:
-                _structure.store(known, id(key), (weakref.ref(key), jac._readonly(rows)),
-                                 jac.MAX_INDEX_ROWS)
-                structure.keep(rows)
+                _structure.store(known, id(key), (weakref.ref(key), jac._readonly(contents),
+                                                  jac._readonly(rows)), jac.MAX_INDEX_ROWS)
+                structure.keep(contents, None if rows is contents else rows)
             return rows
     return row_index(shape, xp)[key]
 
@@ -487,7 +492,7 @@ def _rows_read(shape, key, xp, structure=None):
 def _known_copy(structure, key):
     """The copy of index array ``key`` that ``structure`` keeps, or None."""
     entry = structure.index_rows.get(id(key))
-    return None if entry is None or entry[0]() is not key else entry[1]
+    return None if entry is None or entry[0]() is not key else entry[2]
 
 
 def _broadcast_rows(shape, target_shape):

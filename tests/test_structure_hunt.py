@@ -9,6 +9,7 @@ from numpy.testing import assert_array_equal
 
 import sparsegrad
 from sparsegrad import forward, _structure
+from sparsegrad import _jacobian as jac
 from sparsegrad.testing import numerical_jacobian
 
 
@@ -185,3 +186,39 @@ def test_seeds_of_one_size_and_other_shapes_find_only_their_own_movements():
     for x0, J in zip(points, alone_written):
         np.testing.assert_allclose(J.toarray(), numerical_jacobian(f, x0), rtol=1e-13,
                                    atol=1e-15)
+
+
+def test_negative_index_arrays_are_kept_and_shared_like_the_others():
+    # x[i - 1] with i = 0 reads the last element, as numpy: the copy holds the
+    # row numbers counted from the end, so both reads share one matrix
+    n = 50
+    west = np.arange(n) - 1
+    f = lambda x: x[west] * x - x[west] ** 2
+    x0 = np.linspace(0.5, 1.5, n)
+    y = f(forward.seed(x0))
+    assert len(y._jacobian.terms) == 2
+    before = sparsegrad.structure_cache_info()
+    J = f(forward.seed(x0)).dvalue
+    after = sparsegrad.structure_cache_info()
+    assert after.misses == before.misses
+    np.testing.assert_allclose(J.toarray(), numerical_jacobian(f, x0, method="complex"),
+                               rtol=1e-14)
+    with pytest.raises(IndexError):
+        forward.seed(x0)[np.array([0, -n - 1])]
+
+
+def test_index_arrays_made_afresh_every_call_do_not_empty_the_cache():
+    # every call reads a new index array: its entries are evicted least recently
+    # used, so what is held stays bounded while the running count of bytes
+    # stored grows past it; the stable entries (x[1:-1]) keep hitting
+    n = 400
+    x0 = np.linspace(0.5, 1.5, n)
+    f = lambda x, k: x[1:-1] * x[(np.arange(n) + k) % n][1:-1]
+    for k in range(3 * jac.MAX_INDEX_ROWS):
+        before = sparsegrad.structure_cache_info()
+        J = f(forward.seed(x0), k).dvalue
+        after = sparsegrad.structure_cache_info()
+        assert k == 0 or after.hits > before.hits
+    assert after.held_bytes < 4 * 2 ** 20             # (far below the running count)
+    expected = numerical_jacobian(lambda x: f(x, k), x0, method="complex")
+    np.testing.assert_allclose(J.toarray(), expected, rtol=1e-14)
