@@ -226,3 +226,34 @@ def test_gather_rows_returns_int64_indices_for_other_index_dtypes(kernels):
                                  np.array([1, 0], dtype=np.int32))
     assert result[0].dtype == I64 and result[1].dtype == I64
     np.testing.assert_array_equal(result[1], [0, 1])
+
+
+def test_waiting_for_merge_threads_outlasts_keyboard_interrupt():
+    # a worker writes into memory the merge frees when it returns: an interrupt
+    # while waiting must wait for every worker first, then propagate
+    compiled = _compiled()
+    import concurrent.futures
+    import threading
+    release = threading.Event()
+    done = []
+
+    def work():
+        release.wait(5)
+        done.append(True)
+
+    class Interrupting:
+        """A future whose first result() raises KeyboardInterrupt."""
+        def __init__(self, future):
+            self.future, self.calls = future, 0
+
+        def result(self):
+            self.calls += 1
+            if self.calls == 1:
+                release.set()
+                raise KeyboardInterrupt
+            return self.future.result()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = Interrupting(pool.submit(work))
+        with pytest.raises(KeyboardInterrupt):
+            compiled._wait_all([future])
+    assert done == [True] and future.calls == 2

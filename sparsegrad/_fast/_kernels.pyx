@@ -2099,6 +2099,21 @@ def _forget_executor():
     _executor = None
 
 
+def _wait_all(futures):
+    """Wait for every future, through KeyboardInterrupt too (re-raised after the
+    last): a worker writes into memory that the caller frees once it returns."""
+    interrupted = None
+    for future in futures:
+        while True:
+            try:
+                future.result()
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+
+
 def _submit(runner):
     global _executor
     if _executor is None:
@@ -2428,8 +2443,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             futures.append(_submit(runner))
         with nogil:
             _run_part(&parts[0])
-        for future in futures:
-            future.result()
+        _wait_all(futures)
         futures = []
         # the parts, one after the other: close the gaps their bounds left
         nnz = parts[0].end
@@ -2455,8 +2469,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                         oip64[r] -= shift
             nnz += p.end - p.start
     finally:
-        for future in futures:  # (only after an error: never free what a thread uses)
-            future.result()
+        _wait_all(futures)  # (only after an error: never free what a thread uses)
         if parts != NULL:
             for q in range(n_parts):
                 free(parts[q].active)
