@@ -258,7 +258,7 @@ class Jacobian:
     @property
     def terms(self):
         if self._terms is None:
-            self.terms = ((1, None, CSR(self.shape, *_merge(self))),)
+            self.terms = ((1, None, _merged(self)),)
         return self._terms
 
     @terms.setter
@@ -292,7 +292,7 @@ class Jacobian:
     def _single(self):
         """The one term of this Jacobian, merging the terms first if there are several."""
         if self._terms is None or len(self._terms) != 1:
-            self.terms = ((1, None, CSR(self.shape, *_merge(self))),)
+            self.terms = ((1, None, _merged(self)),)
         return self.terms[0]
 
     @property
@@ -535,6 +535,36 @@ def _merge(J, index_dtype=None):
                                              pattern_only=seed.pattern_only,
                                              index_dtype=index_dtype)
 
+
+def _merged(J, index_dtype=None):
+    """All terms of ``J`` merged into one :class:`CSR`.
+
+    In sparsity mode the result depends only on the terms' matrices and the
+    row layout, so the seed's structure keeps it under those (the matrices held
+    by the entry, so that their ``id`` cannot be reused while it lives): a
+    repeated evaluation, whose matrices the structure has kept too, finds its
+    pattern instead of merging it again.
+    """
+    seed = J.seed
+    if not (seed.pattern_only and seed.structure.shared):
+        return CSR(J.shape, *_merge(J, index_dtype))
+    pieces = tuple((first, block.n_rows, tuple(M for _, _, M in block.terms))
+                   for first, block in J.pieces())
+    key = ("pattern", J.n_rows, seed.size, np.dtype(index_dtype or INDEX_DTYPE).str,
+           tuple((first, n, tuple(map(id, matrices))) for first, n, matrices in pieces))
+    patterns = seed.structure.patterns
+    hit = _structure.recall(patterns, key)
+    _structure.looked_up(hit is not None)
+    if hit is not None:
+        return hit[1]
+    merged = CSR(J.shape, *_merge(J, index_dtype))
+    _structure.store(patterns, key, (pieces, merged), _MAX_PATTERNS)
+    seed.structure.keep(*merged.arrays())
+    return merged
+
+
+#: merged patterns a seed's structure keeps (sparsity mode, see _merged)
+_MAX_PATTERNS = 16
 
 _MAX_SELECTIONS = 256
 _MAX_GATHERS = 8
@@ -854,7 +884,12 @@ def to_scipy(J, dtype):
     bound = sum(J.n_rows if M is None else M.max_entries()
                 for _, block in J.pieces() for _, _, M in block.terms)
     index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
-    indptr, indices, data = _merge(J, index_dtype=index)
+    if J.seed.pattern_only:
+        pattern = _merged(J, index)
+        # (a pattern the structure keeps is shared: the matrix gets copies)
+        indptr, indices, data = pattern.indptr.copy(), pattern.indices.copy(), None
+    else:
+        indptr, indices, data = _merge(J, index_dtype=index)
     if data is None:
         data = backend.xp.ones(len(indices), dtype)
     elif np.iscomplexobj(data) and not np.issubdtype(dtype, np.complexfloating):

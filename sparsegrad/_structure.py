@@ -87,16 +87,21 @@ class Structure:
     moves : dict
         Row numbers of data movements (``np.pad``, ``np.roll``...), by their
         arguments and operand shapes (see :func:`sparsegrad._functions._move`).
+    patterns : dict
+        Merged patterns of sparsity mode, ``(the terms' matrices by block, the
+        merged CSR)`` by the matrices' ids and the row layout (see
+        :func:`sparsegrad._jacobian._merged`).
     shared : bool
         Kept between evaluations (False: one seed's own, as on devices).
     """
 
-    __slots__ = ("selections", "index_rows", "moves", "shared", "nbytes")
+    __slots__ = ("selections", "index_rows", "moves", "patterns", "shared", "nbytes")
 
     def __init__(self, shared):
         self.selections = {}
         self.index_rows = {}
         self.moves = {}
+        self.patterns = {}
         self.shared = shared
         self.nbytes = 0
 
@@ -126,6 +131,9 @@ class Structure:
             arrays.extend(part for part in entry if getattr(part, "ndim", 0))
         for rows, _ in list(self.moves.values()):
             arrays.extend(rows if isinstance(rows, list) else [rows])
+        for pieces, merged in list(self.patterns.values()):
+            matrices.append(merged)
+            matrices.extend(M for _, _, block in pieces for M in block if M is not None)
         while matrices:
             matrix = matrices.pop()
             if id(matrix) in seen:

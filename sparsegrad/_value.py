@@ -232,12 +232,19 @@ class value(NDArrayOperatorsMixin):
     @pooled
     def _take(self, key):
         raw = self._raw
+        exact = None
+        if (type(key) is list and 0 < len(key) <= _MAX_LIST_KEY and self.ndim == 1
+                and all(type(k) is int for k in key)):
+            # (``f[[0, -1]]``: a list made afresh at every call; its numbers are
+            # the key under which the read's matrix is kept, not a new array's id)
+            exact = ("list", self.shape, tuple(key))
+            key = np.array(key, dtype=jac.INDEX_DTYPE)
         if type(raw) is Deferred:
             if _is_basic(key):
                 return self._deferred_read(raw, key)
             if (raw.ndim == 1 and type(key) is np.ndarray and key.ndim == 1
                     and key.dtype.kind in "iu"):
-                return self._deferred_gather(raw, key)
+                return self._deferred_gather(raw, key, exact)
         assembly = isinstance(self._jac, Assembly)
         # an index array on the value's device: the row numbers are computed there
         # too (no copy of the index to the host); an Assembly's bookkeeping is on
@@ -253,11 +260,12 @@ class value(NDArrayOperatorsMixin):
         # (a view of the read-only row numbers, or a fresh array that is ours: made
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)
-        rows = jac._readonly(_rows_read(self.shape, row_key, xp,
-                                        None if assembly else self._jac.seed.structure))
+        rows = jac._readonly(_rows_read(self.shape, row_key, xp, None if assembly or exact
+                                        else self._jac.seed.structure))
         if assembly:
             return make(result, self._jac.take_rows(rows))
-        return make(result, jac.take_rows(self._jac, rows, _slice_key(self.shape, row_key),
+        return make(result, jac.take_rows(self._jac, rows,
+                                          exact or _slice_key(self.shape, row_key),
                                           may_be_empty=False))
 
     def _deferred_read(self, raw, key):
@@ -269,11 +277,13 @@ class value(NDArrayOperatorsMixin):
         return make(Deferred(operator.getitem, (raw, key), shape, raw.dtype),
                     jac.take_rows(J, rows, _slice_key(self.shape, key), may_be_empty=False))
 
-    def _deferred_gather(self, raw, key):
+    def _deferred_gather(self, raw, key, exact=None):
         """``self[key]`` of a deferred 1-d value by an integer index array: deferred
-        too, gathered by our copy of the row numbers (checked at once)."""
+        too, gathered by our copy of the row numbers (checked at once).  ``exact``:
+        the key of a short list's numbers (see :meth:`_take`)."""
         seed = self._jac.seed
-        rows = jac._readonly(_rows_read(self.shape, key, np, seed.structure))
+        rows = jac._readonly(_rows_read(self.shape, key, np,
+                                        None if exact else seed.structure))
         if _known_copy(seed.structure, key) is rows:
             # (the largest row of the seed's copy of an index array, found once)
             known = seed.index_rows.get(("max", id(rows)))
@@ -286,7 +296,7 @@ class value(NDArrayOperatorsMixin):
         if largest >= len(raw):
             np.broadcast_to(np.empty((), raw.dtype), raw.shape)[key]  # (numpy's IndexError)
         return make(Deferred(operator.getitem, (raw, rows), rows.shape, raw.dtype),
-                    jac.take_rows(self._jacobian, rows, _slice_key(self.shape, key),
+                    jac.take_rows(self._jacobian, rows, exact or _slice_key(self.shape, key),
                                   may_be_empty=False))
 
     @pooled
@@ -445,6 +455,10 @@ def _device_keys(key, array, device_rows=False):
     if isinstance(key, tuple):
         return on_device, on_host, xp
     return on_device[0], on_host[0], xp
+
+
+#: lists of ints read by their numbers (``f[[0, -1]]``), up to this length
+_MAX_LIST_KEY = 32
 
 
 def _rows_read(shape, key, xp, structure=None):

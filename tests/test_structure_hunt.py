@@ -11,6 +11,7 @@ import sparsegrad
 from sparsegrad import forward, _structure
 from sparsegrad import _jacobian as jac
 from sparsegrad.testing import numerical_jacobian
+from asv_benchmarks.problems import PROBLEMS
 
 
 pytestmark = pytest.mark.usefixtures("fresh_structure_cache")
@@ -222,3 +223,41 @@ def test_index_arrays_made_afresh_every_call_do_not_empty_the_cache():
     assert after.held_bytes < 4 * 2 ** 20             # (far below the running count)
     expected = numerical_jacobian(lambda x: f(x, k), x0, method="complex")
     np.testing.assert_allclose(J.toarray(), expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize("seeding", [forward.seed, forward.seed_sparsity])
+def test_short_lists_of_ints_are_kept_by_their_numbers(seeding):
+    # f[[0, -1]] makes a new list, hence a new array, at every call: the read's
+    # matrix is kept under the list's numbers
+    x0 = np.linspace(0.5, 1.5, 9)
+    f = lambda x: np.concatenate([x[[0, -1]] * 2.0, x[1:-1] * x[[2, 3, 4, 5, 6, 7, 8]]])
+    J = seeding(x0)
+    first = f(J).dvalue
+    before = sparsegrad.structure_cache_info()
+    again = f(seeding(x0)).dvalue
+    after = sparsegrad.structure_cache_info()
+    assert after.misses == before.misses and after.hits > before.hits
+    for name in ("indptr", "indices", "data"):
+        assert_array_equal(getattr(again, name), getattr(first, name))
+    if seeding is forward.seed:
+        np.testing.assert_allclose(again.toarray(), numerical_jacobian(f, x0, method="complex"),
+                                   rtol=1e-14)
+        assert_array_equal(f(forward.seed(x0)).value, f(x0))
+    for bad in ([0, 9], [-10]):
+        with pytest.raises(IndexError):
+            seeding(x0)[bad]
+    assert_array_equal(seeding(x0)[[True] * 9].value, x0)       # (a mask, not numbers)
+
+
+def test_kept_patterns_are_not_shared_with_the_matrices_handed_out():
+    # sparsity mode keeps merged patterns; .dvalue gets copies the caller may change
+    residual, x0 = PROBLEMS["sw"].setup(6)
+    first = residual(forward.seed_sparsity(x0)).dvalue
+    expected = first.indices.copy()
+    first.indices[:] = 0
+    again = residual(forward.seed_sparsity(x0)).dvalue
+    assert_array_equal(again.indices, expected)
+    sparsegrad.structure_cache_limit(0)
+    alone = residual(forward.seed_sparsity(x0)).dvalue
+    assert_array_equal(alone.indices, expected)
+    assert_array_equal(alone.indptr, again.indptr)
