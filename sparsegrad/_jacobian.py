@@ -52,8 +52,7 @@ class Seed:
         default).
     """
 
-    __slots__ = ("size", "scalar", "complex", "pattern_only", "structure", "selections",
-                 "index_rows", "backend")
+    __slots__ = ("size", "scalar", "complex", "pattern_only", "structure", "backend")
 
     def __init__(self, size, scalar, complex, pattern_only, backend=_backend.CPU):
         self.size = int(size)
@@ -69,8 +68,6 @@ class Seed:
         # the integer index arrays read from its values, by the array's id (see
         # sparsegrad._value._rows_read)
         self.structure = _structure.for_seed(self.size, backend is _backend.CPU)
-        self.selections = self.structure.selections
-        self.index_rows = self.structure.index_rows
 
 
 def _readonly(array):
@@ -367,8 +364,8 @@ def _times(d, factor):
 #: tests compare against bit for bit)
 PENDING_PRODUCTS = True
 
-#: entries of a seed's ``index_rows``: copies of index arrays (and, for deferred
-#: values, their largest entries)
+#: entries of a seed's ``structure.index_rows``: copies of index arrays (and, for
+#: deferred values, their largest entries)
 MAX_INDEX_ROWS = 64
 
 #: row numbers of data movements a seed's structure keeps (see sparsegrad._functions._move)
@@ -719,7 +716,7 @@ def _gather(seed, M, rows, key):
     """
     cache = None
     if key is not None:
-        cache = seed.selections if M is None else M.gathers
+        cache = seed.structure.selections if M is None else M.gathers
         hit = _structure.recall(cache, key)
         # (keys naming an index array: on the host the seed's copy of it, the
         # same object while the array is the same and unchanged, see

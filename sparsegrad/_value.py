@@ -286,10 +286,11 @@ class value(NDArrayOperatorsMixin):
                                         None if exact else seed.structure))
         if _known_copy(seed.structure, key) is rows:
             # (the largest row of the seed's copy of an index array, found once)
-            known = seed.index_rows.get(("max", id(rows)))
+            known = seed.structure.index_rows.get(("max", id(rows)))
             if known is None or known[0] is not rows:
                 known = (rows, rows.max(initial=-1))
-                _structure.store(seed.index_rows, ("max", id(rows)), known, jac.MAX_INDEX_ROWS)
+                _structure.store(seed.structure.index_rows, ("max", id(rows)), known,
+                                 jac.MAX_INDEX_ROWS)
             largest = known[1]
         else:
             largest = rows.max(initial=-1)

@@ -718,7 +718,7 @@ def test_an_index_array_read_again_shares_its_rows():
     assert a._jacobian.matrix is b._jacobian.matrix
     assert len((a + b)._jacobian.terms) == 1
     assert_array_equal((a * b).dvalue.toarray(), np.diag(4 * x0[east])[:, np.argsort(east)])
-    ref, _, rows = x._jacobian.seed.index_rows[id(east)]
+    ref, _, rows = x._jacobian.seed.structure.index_rows[id(east)]
     assert ref() is east
     assert not rows.flags.writeable and rows is not east
     assert east.flags.writeable  # the caller's array is left as it was
@@ -748,6 +748,6 @@ def test_many_index_arrays_read_from_one_seed():
 
     x = forward.seed(x0)
     y = f(x)
-    assert len(x._jacobian.seed.index_rows) <= jac.MAX_INDEX_ROWS
+    assert len(x._jacobian.seed.structure.index_rows) <= jac.MAX_INDEX_ROWS
     assert_allclose(y.dvalue.toarray(), numerical_jacobian(f, x0, method="complex"),
                     rtol=1e-12, atol=1e-12)
