@@ -91,19 +91,6 @@ def extra_arguments(args):
     return args if isinstance(args, tuple) else (args,)
 
 
-def _refuse_forward(x, what, name):
-    """Raise for a forward value given as a point to differentiate at.
-
-    Seeding would keep only its value and drop its derivative, so a Jacobian
-    taken inside a function that is itself being differentiated (nested
-    differentiation, which sparsegrad does not do) would be silently wrong.
-    """
-    if isinstance(x, _forward_value):
-        raise TypeError("%s: %s is a forward value; nested differentiation (a Jacobian "
-                        "inside a function being differentiated) is not supported; pass "
-                        "its .value to differentiate at that point" % (name, what))
-
-
 def _to_matrix(array, J, seed, dtype):
     """``J`` (None: zero) as a 2-d ``csr_matrix`` of shape ``(array.size, seed.size)``."""
     if J is None:
@@ -139,7 +126,7 @@ def _evaluate(f, argnums, args, kwargs, pattern_only, name):
     positions = _resolve_argnums(argnums, len(args))
     seeded = [args[i] for i in positions]
     for i, x in zip(positions, seeded):
-        _refuse_forward(x, "argument %d" % i, name)
+        forward._refuse_forward(x, "argument %d" % i, name)
     seeds = (forward.seed_sparsity if pattern_only else forward.seed)(*seeded)
     if len(positions) == 1:
         seeds = (seeds,)
@@ -352,8 +339,7 @@ def jvp(f, x, v, args=(), kwargs=None):
     >>> derivative
     array([2., 4.])
     """
-    _refuse_forward(x, "x", "sparsegrad.jvp")
-    array = forward._seed_array(x)
+    array = forward._seed_array(x, "sparsegrad.jvp")
     backend = _backend.of(array)
     xp = backend.xp
     if isinstance(v, _forward_value):

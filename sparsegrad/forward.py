@@ -18,13 +18,24 @@ from ._memory import pooled
 __all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]
 
 
-def _seed_array(x):
+def _refuse_forward(x, what, name):
+    """Raise for a forward value given as a point to differentiate at.
+
+    Seeding would keep only its value and drop its derivative, so a Jacobian
+    taken inside a function that is itself being differentiated (nested
+    differentiation, which sparsegrad does not do) would be silently wrong.
+    ``what`` and ``name`` say which argument of which function it was.
+    """
     if isinstance(x, value):
-        # seeding its value would silently drop its own derivative: a Jacobian
-        # taken inside a function being differentiated would be wrong
-        raise TypeError("sparsegrad.forward.seed: x is a forward value; nested "
-                        "differentiation is not supported; seed its .value to "
-                        "differentiate at that point")
+        raise TypeError("%s: %s is a forward value; nested differentiation (a Jacobian "
+                        "inside a function being differentiated) is not supported; pass "
+                        "its .value to differentiate at that point" % (name, what))
+
+
+def _seed_array(x, name="sparsegrad.forward.seed"):
+    """A private floating-point copy of ``x`` to seed (``name``: the function that
+    seeds it, for the error about a forward value)."""
+    _refuse_forward(x, "x", name)
     # a private copy: later changes to the user's array cannot reach the forward value
     # (a device array is copied on its device)
     array = np.array(x, copy=True) if _backend.of(x) is _backend.CPU else x.copy()
