@@ -543,7 +543,7 @@ def _merged(J, index_dtype=None):
     pattern instead of merging it again.
     """
     seed = J.seed
-    if not (seed.pattern_only and seed.structure.shared):
+    if not _keeps_patterns(seed):
         return CSR(J.shape, *_merge(J, index_dtype))
     pieces = tuple((first, block.n_rows, tuple(M for _, _, M in block.terms))
                    for first, block in J.pieces())
@@ -558,6 +558,11 @@ def _merged(J, index_dtype=None):
     _structure.store(patterns, key, (pieces, merged), _MAX_PATTERNS)
     seed.structure.keep(*merged.arrays())
     return merged
+
+
+def _keeps_patterns(seed):
+    """Whether :func:`_merged` keeps the merged patterns of ``seed`` between evaluations."""
+    return seed.pattern_only and seed.structure.shared
 
 
 #: merged patterns a seed's structure keeps (sparsity mode, see _merged)
@@ -881,7 +886,7 @@ def to_scipy(J, dtype):
     bound = sum(J.n_rows if M is None else M.max_entries()
                 for _, block in J.pieces() for _, _, M in block.terms)
     index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
-    if J.seed.pattern_only:
+    if _keeps_patterns(J.seed):
         pattern = _merged(J, index)
         # (a pattern the structure keeps is shared: the matrix gets copies)
         indptr, indices, data = pattern.indptr.copy(), pattern.indices.copy(), None
