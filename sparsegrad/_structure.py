@@ -45,6 +45,7 @@ True
 import collections
 import threading
 
+from ._memory import _whole_bytes  # (one rule for byte counts)
 from ._settings import environment_int
 
 __all__ = ["Structure", "for_seed", "recall", "store", "looked_up", "structure_cache_info",
@@ -109,7 +110,7 @@ class Structure:
         """Count the bytes of ``arrays`` (None skipped), just stored in a cache."""
         if self.shared:
             self.nbytes += sum(a.nbytes for a in arrays if a is not None)
-            if self.nbytes > _state["limit"] or _held() > _state["limit"]:
+            if _held() > _state["limit"]:  # (this structure's count among them)
                 # (the running count only bounds what is held: count exactly,
                 # rarely, before forgetting everything)
                 if _held(exactly=True) > _state["limit"]:
@@ -270,7 +271,6 @@ def structure_cache_limit(nbytes=None):
     True
     """
     if nbytes is not None:
-        from ._memory import _whole_bytes  # (one rule for byte counts)
         nbytes = _whole_bytes(nbytes, "structure_cache_limit")
         if nbytes < 0:
             raise ValueError("structure_cache_limit: nbytes must be >= 0, got %d" % nbytes)
