@@ -115,17 +115,13 @@ def _sample(func, number):
             gc.enable()
 
 
-#: structure cache lookups (hits, misses) before the last time it was emptied
-_STRUCTURE_COUNTS = [0, 0]
-
-
 def _forget_structure():
-    """Empty sparsegrad's structure cache, keeping count of its lookups so far."""
+    """Empty sparsegrad's structure cache, keeping its lookup counts (a zero limit
+    forgets every structure; clear_structure_cache would reset the counts)."""
     import sparsegrad
-    info = sparsegrad.structure_cache_info()
-    _STRUCTURE_COUNTS[0] += info.hits
-    _STRUCTURE_COUNTS[1] += info.misses
-    sparsegrad.clear_structure_cache()
+    limit = sparsegrad.structure_cache_limit()
+    sparsegrad.structure_cache_limit(0)
+    sparsegrad.structure_cache_limit(limit)
 
 
 def _loops(func, min_time):
@@ -373,8 +369,7 @@ def report(results, checks, out=print):
         out("note: repeated evaluations find their structure (selections, index copies, "
             "row numbers of moves) in sparsegrad's structure cache: %d hits, %d misses "
             "(emptied before each first evaluation), %d MiB held now (docs/solving.md, "
-            "Repeated evaluation)" % (structure.hits + _STRUCTURE_COUNTS[0],
-                                      structure.misses + _STRUCTURE_COUNTS[1],
+            "Repeated evaluation)" % (structure.hits, structure.misses,
                                       structure.held_bytes // 2 ** 20))
     out("note: merges ran in up to %d thread(s) (sparsegrad.set_num_threads, --threads); "
         "numpy's residual runs in one" % sparsegrad.get_num_threads())
