@@ -491,12 +491,14 @@ def add(terms):
     return result
 
 
-def _merge(J, index_dtype=None):
+def _merge(J, index_dtype=None, own=False):
     """``indptr, indices, data`` of ``J`` as one canonical CSR (structural zeros kept).
 
     The terms of every block of a stacked Jacobian go to the kernel at their
     row offsets, so the whole matrix is written by one merge.  ``index_dtype``
-    (int64 when None) is the dtype of the returned index arrays.
+    (int64 when None) is the dtype of the returned index arrays.  The index
+    arrays may be shared with the seed's structure (read-only, see
+    :func:`_merge_by_plan`) unless ``own`` asks for arrays of the caller's.
     """
     seed = J.seed
     xp = seed.backend.xp
@@ -528,9 +530,72 @@ def _merge(J, index_dtype=None):
         # (kernels take the device from their arrays: an empty block carries it)
         parts.append((xp.zeros(1, dtype=INDEX_DTYPE), xp.zeros(0, dtype=INDEX_DTYPE), None,
                       None, 0))
+    if seed.structure.shared and not seed.pattern_only and _all_float64(parts):
+        return _merge_by_plan(J, parts, index_dtype, own)
     return seed.backend.kernels.merge_scaled(J.n_rows, seed.size, parts,
                                              pattern_only=seed.pattern_only,
                                              index_dtype=index_dtype)
+
+
+def _all_float64(parts):
+    """Every data array and row scale of the merge terms ``parts`` is float64
+    (what the compiled fill of a merge plan takes)."""
+    for part in parts:
+        scale = part[3]
+        for array in (part[2], *(scale if type(scale) is tuple else (scale,))):
+            if array is not None and array.dtype != np.float64:
+                return False
+    return True
+
+
+def _pattern_key(J, index_dtype):
+    """``(key, pieces)``: what the merged pattern of ``J`` depends on.
+
+    The terms' matrices by block (``pieces``, which an entry keyed by ``key``
+    must hold, so that their ``id`` cannot be reused while it lives) and the
+    row layout: merges keep structural zeros, so their pattern does not depend
+    on any value.
+    """
+    pieces = tuple((first, block.n_rows, tuple(M for _, _, M in block.terms))
+                   for first, block in J.pieces())
+    key = ("pattern", J.n_rows, J.seed.size, np.dtype(index_dtype or INDEX_DTYPE).str,
+           tuple((first, n, tuple(map(id, matrices))) for first, n, matrices in pieces))
+    return key, pieces
+
+
+def _merge_by_plan(J, parts, index_dtype, own):
+    """``merge_scaled`` of the terms ``parts`` of ``J``, by a merge plan when an
+    earlier evaluation merged the same matrices.
+
+    A repeated evaluation merges the same matrices with other row factors:
+    the seed's structure keeps the merged pattern and where each term's
+    entries land in it (``kernels.merge_plan``), made at the second merge of
+    one key, so that later merges only write values (``kernels.fill_scaled``,
+    equal bit for bit to the merge's).  ``own``: the returned index arrays
+    are the caller's (copies of the kept ones).
+    """
+    seed = J.seed
+    kernels = seed.backend.kernels
+    key, pieces = _pattern_key(J, index_dtype)
+    plans = seed.structure.plans
+    entry = _structure.recall(plans, key)
+    _structure.looked_up(entry is not None)
+    if entry is not None and entry[1] is not None:
+        indptr, indices, codes = entry[1]
+        data = kernels.fill_scaled(indptr, parts, codes)
+        return (indptr.copy(), indices.copy(), data) if own else (indptr, indices, data)
+    merged = kernels.merge_scaled(J.n_rows, seed.size, parts, index_dtype=index_dtype)
+    if entry is None:
+        # (a plan costs about a merge and 4-8 bytes per entry: made when a
+        # pattern comes back, not for a Jacobian computed once)
+        _structure.store(plans, key, (pieces, None), _MAX_PLANS)
+        return merged
+    indptr, indices = (_readonly(array.copy()) for array in merged[:2])
+    codes = tuple(_readonly(c) for c in kernels.merge_plan(
+        indptr, indices, [(part[0], part[1], part[4]) for part in parts]))
+    _structure.store(plans, key, (pieces, (indptr, indices, codes)), _MAX_PLANS)
+    seed.structure.keep(indptr, indices, *codes)
+    return merged
 
 
 def _merged(J, index_dtype=None):
@@ -545,10 +610,7 @@ def _merged(J, index_dtype=None):
     seed = J.seed
     if not _keeps_patterns(seed):
         return CSR(J.shape, *_merge(J, index_dtype))
-    pieces = tuple((first, block.n_rows, tuple(M for _, _, M in block.terms))
-                   for first, block in J.pieces())
-    key = ("pattern", J.n_rows, seed.size, np.dtype(index_dtype or INDEX_DTYPE).str,
-           tuple((first, n, tuple(map(id, matrices))) for first, n, matrices in pieces))
+    key, pieces = _pattern_key(J, index_dtype)
     patterns = seed.structure.patterns
     hit = _structure.recall(patterns, key)
     _structure.looked_up(hit is not None)
@@ -567,6 +629,9 @@ def _keeps_patterns(seed):
 
 #: merged patterns a seed's structure keeps (sparsity mode, see _merged)
 _MAX_PATTERNS = 16
+
+#: merge plans a seed's structure keeps (values, see _merge_by_plan)
+_MAX_PLANS = 16
 
 _MAX_SELECTIONS = 256
 _MAX_GATHERS = 8
@@ -891,7 +956,7 @@ def to_scipy(J, dtype):
         # (a pattern the structure keeps is shared: the matrix gets copies)
         indptr, indices, data = pattern.indptr.copy(), pattern.indices.copy(), None
     else:
-        indptr, indices, data = _merge(J, index_dtype=index)
+        indptr, indices, data = _merge(J, index_dtype=index, own=True)
     if data is None:
         data = backend.xp.ones(len(indices), dtype)
     elif np.iscomplexobj(data) and not np.issubdtype(dtype, np.complexfloating):

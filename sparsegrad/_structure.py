@@ -92,17 +92,24 @@ class Structure:
         Merged patterns of sparsity mode, ``(the terms' matrices by block, the
         merged CSR)`` by the matrices' ids and the row layout (see
         :func:`sparsegrad._jacobian._merged`).
+    plans : dict
+        Merge plans of value mode, ``(the terms' matrices by block, None)`` for
+        a pattern merged once, ``(..., (indptr, indices, codes))`` from its
+        second merge on, under the same keys (see
+        :func:`sparsegrad._jacobian._merge_by_plan`).
     shared : bool
         Kept between evaluations (False: one seed's own, as on devices).
     """
 
-    __slots__ = ("selections", "index_rows", "moves", "patterns", "shared", "nbytes")
+    __slots__ = ("selections", "index_rows", "moves", "patterns", "plans", "shared",
+                 "nbytes")
 
     def __init__(self, shared):
         self.selections = {}
         self.index_rows = {}
         self.moves = {}
         self.patterns = {}
+        self.plans = {}
         self.shared = shared
         self.nbytes = 0
 
@@ -135,6 +142,11 @@ class Structure:
         for pieces, merged in list(self.patterns.values()):
             matrices.append(merged)
             matrices.extend(M for _, _, block in pieces for M in block if M is not None)
+        for pieces, plan in list(self.plans.values()):
+            matrices.extend(M for _, _, block in pieces for M in block if M is not None)
+            if plan is not None:
+                arrays.extend(plan[:2])
+                arrays.extend(plan[2])
         while matrices:
             matrix = matrices.pop()
             if id(matrix) in seen:

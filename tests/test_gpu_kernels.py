@@ -20,7 +20,8 @@ from sparsegrad.gpu._device import DeviceArray, fake
 from test_kernels import (I64, _random_block_terms, _random_terms, assert_same_result,
                           random_csr)
 
-KERNELS = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
+KERNELS = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul", "scale_rows",
+           "coo_to_csr",
            "selection_csr", "multiply_add", "take_product", "take"]
 #: a block of no rows: the device's way of merging no terms
 EMPTY_BLOCK = (np.zeros(1, I64), np.zeros(0, I64), None, None, 0)

@@ -2984,3 +2984,365 @@ def take(a, rows):
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))
     return out
+
+
+# ---------------------------------------------------------------------------
+# Merge plans: the values of a repeated merge, without merging again
+# ---------------------------------------------------------------------------
+
+ctypedef fused code_t:
+    int32_t
+    int64_t
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _plan_term(code_t* codes, const int64_t* out_indptr, const int64_t* out_indices,
+                        const int64_t* ip, const int64_t* ix, int64_t m, int64_t first,
+                        int32_t* marker, int32_t tag) noexcept nogil:
+    """Codes of one term of :func:`merge_plan` (``ip`` NULL: a selection by its
+    columns ``ix``); ``marker[p]`` is the tag of the last term placed at ``p``
+    (0: none).  Returns -1, or the first entry outside the pattern or at a
+    place this term already holds."""
+    cdef int64_t r, e, e0, e1, lo, hi, a, b, mid, c
+    for r in range(m):
+        lo = out_indptr[first + r]
+        hi = out_indptr[first + r + 1]
+        if ip == NULL:
+            e0 = r
+            e1 = r + 1
+        else:
+            e0 = ip[r]
+            e1 = ip[r + 1]
+        for e in range(e0, e1):
+            c = ix[e]
+            if ip == NULL and c == -1:
+                codes[e] = -1
+                continue
+            a = lo
+            b = hi
+            while a < b:  # (rows are short: a binary search of the merged row)
+                mid = (a + b) >> 1
+                if out_indices[mid] < c:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a >= hi or out_indices[a] != c or marker[a] == tag:
+                return e
+            codes[e] = <code_t>(2 * a + (marker[a] != 0))
+            marker[a] = tag
+    return -1
+
+
+def merge_plan(indptr, indices, terms):
+    """Where each entry of merge_scaled's terms lands in its result.
+
+    Contract of :func:`sparsegrad._fast._reference.merge_plan`; one pass over
+    the terms' entries, each found by a binary search of its merged row.
+    """
+    out_indptr = np.ascontiguousarray(indptr, dtype=INDEX_DTYPE)
+    out_indices = np.ascontiguousarray(indices, dtype=INDEX_DTYPE)
+    if out_indptr.ndim != 1 or out_indices.ndim != 1:
+        raise ValueError("merge_plan: indptr and indices must be 1-d")
+    cdef int64_t n_rows = out_indptr.shape[0] - 1, nnz = out_indices.shape[0]
+    if n_rows < 0:
+        raise ValueError("merge_plan: indptr must run from 0 to len(indices)")
+    _check_indptr(out_indptr, n_rows, nnz, "merge_plan")
+    terms = list(terms)
+    if len(terms) >= 2 ** 31 - 1:
+        raise ValueError("merge_plan: too many terms")
+    code_dtype = _reference._plan_code_dtype(nnz)
+    marker = np.zeros(nnz, dtype=np.int32)
+    cdef int32_t* mk = <int32_t*>_ptr(marker)
+    cdef const int64_t* oip = <const int64_t*>_ptr(out_indptr)
+    cdef const int64_t* oix = <const int64_t*>_ptr(out_indices)
+    cdef const int64_t* ip
+    cdef const int64_t* ix
+    cdef int64_t m, first, bad
+    cdef int32_t tag
+    cdef void* cp
+    cdef bint wide = code_dtype == INDEX_DTYPE
+    plan = []
+    for k, term in enumerate(terms):
+        term_indptr, term_indices, first_row = term
+        name = "merge_plan term %d" % k
+        term_indices = _as_index(term_indices, name + " indices")
+        if term_indptr is None:
+            m = term_indices.shape[0]
+        else:
+            term_indptr = _as_index(term_indptr, name + " indptr")
+            m = term_indptr.shape[0] - 1
+            if m < 0:
+                raise ValueError("%s: indptr must have at least one entry" % name)
+            _check_indptr(term_indptr, m, term_indices.shape[0], name)
+        first = operator.index(first_row)
+        if first < 0 or first > n_rows - m:
+            raise ValueError("merge_plan: term %d of %d rows from row %d does not fit "
+                             "in %d rows" % (k, m, first, n_rows))
+        codes = np.empty(term_indices.shape[0], dtype=code_dtype)
+        ip = <const int64_t*>_ptr(term_indptr)
+        ix = <const int64_t*>_ptr(term_indices)
+        cp = _ptr(codes)
+        tag = k + 1
+        with nogil:
+            if wide:
+                bad = _plan_term(<int64_t*>cp, oip, oix, ip, ix, m, first, mk, tag)
+            else:
+                bad = _plan_term(<int32_t*>cp, oip, oix, ip, ix, m, first, mk, tag)
+        if bad >= 0:
+            return _reference.merge_plan(indptr, indices, terms)  # (raises, naming it)
+        plan.append(codes)
+    return plan
+
+
+cdef struct FillTerm:
+    Term term                 # indptr NULL for a selection (one code per row)
+    const void* codes
+    bint wide                 # int64 codes (else int32)
+    int64_t first
+    int64_t m
+
+
+cdef struct FillPart:
+    const FillTerm* terms
+    Py_ssize_t n_terms
+    int64_t r0, r1            # its rows of the result
+    int64_t lo, hi            # the places of those rows
+    double* out
+    int64_t stores            # values stored (not added), or -1: a bad code
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _fill_loop(formula_t* tag, const code_t* codes, const int64_t* ip,
+                        int64_t a, int64_t b, int64_t lo, int64_t hi, double* out,
+                        const double* dp, const double* sp, int64_t step,
+                        const double* s2p, double fac) noexcept nogil:
+    """Local rows ``a .. b - 1`` of one term (``ip`` NULL: a selection, one
+    code per row) by the tag's formula: the values stored, or -1 for a code
+    that is invalid or points outside ``[lo, hi)``."""
+    cdef int64_t r, e, e1, c, place, stores = 0
+    cdef uint64_t width = <uint64_t>(hi - lo)
+    cdef double v
+    if ip == NULL:
+        for r in range(a, b):
+            c = codes[r]
+            if c < 0:
+                if c == -1:
+                    continue
+                return -1
+            place = c >> 1
+            if <uint64_t>(place - lo) >= width:
+                return -1
+            v = _formula_value(tag, dp, sp, r, r, step, s2p, fac)
+            if c & 1:
+                out[place] = out[place] + v
+            else:
+                out[place] = v
+                stores += 1
+        return stores
+    for r in range(a, b):
+        e1 = ip[r + 1]
+        for e in range(ip[r], e1):
+            c = codes[e]
+            place = c >> 1
+            if c < 0 or <uint64_t>(place - lo) >= width:
+                return -1
+            v = _formula_value(tag, dp, sp, e, r, step, s2p, fac)
+            if c & 1:
+                out[place] = out[place] + v
+            else:
+                out[place] = v
+                stores += 1
+    return stores
+
+
+cdef int64_t _fill_rows(const FillTerm* ft, const code_t* codes, int64_t a, int64_t b,
+                        int64_t lo, int64_t hi, double* out) noexcept nogil:
+    """:func:`_fill_loop` of one term with the loop of its formula."""
+    cdef const Term* t = &ft.term
+    cdef const double* dp = <const double*>t.data
+    cdef const double* sp = <const double*>t.scale
+    cdef const double* s2p = <const double*>t.scale2
+    cdef int mode = t.mode
+    if mode == ONES:
+        return _fill_loop(<OnesTag*>NULL, codes, t.indptr, a, b, lo, hi, out, dp, sp,
+                          t.scale_step, s2p, t.factor)
+    if mode == DATA:
+        return _fill_loop(<DataTag*>NULL, codes, t.indptr, a, b, lo, hi, out, dp, sp,
+                          t.scale_step, s2p, t.factor)
+    if mode == SCALE:
+        return _fill_loop(<ScaleTag*>NULL, codes, t.indptr, a, b, lo, hi, out, dp, sp,
+                          t.scale_step, s2p, t.factor)
+    return _fill_loop(<DataScaleTag*>NULL, codes, t.indptr, a, b, lo, hi, out, dp, sp,
+                      t.scale_step, s2p, t.factor)
+
+
+cdef enum:
+    FILL_BLOCK = 1024         # rows of the result filled by every term in turn
+
+
+cdef void _fill_part(FillPart* p) noexcept nogil:
+    """Rows ``p.r0 .. p.r1 - 1``, a block of rows at a time, each block by the
+    terms in order (so a place's values are summed in the order of the terms,
+    while the block's part of ``out`` stays in cache)."""
+    cdef int64_t b0 = p.r0, b1, a, b, got, stores = 0
+    cdef Py_ssize_t k
+    cdef const FillTerm* ft
+    while b0 < p.r1:
+        b1 = b0 + FILL_BLOCK if p.r1 - b0 > FILL_BLOCK else p.r1
+        for k in range(p.n_terms):
+            ft = &p.terms[k]
+            a = b0 - ft.first if b0 > ft.first else 0
+            b = b1 - ft.first if b1 - ft.first < ft.m else ft.m
+            if a >= b:
+                continue
+            if ft.wide:
+                got = _fill_rows(ft, <const int64_t*>ft.codes, a, b, p.lo, p.hi, p.out)
+            else:
+                got = _fill_rows(ft, <const int32_t*>ft.codes, a, b, p.lo, p.hi, p.out)
+            if got < 0:
+                p.stores = -1
+                return
+            stores += got
+        b0 = b1
+    p.stores = stores
+
+
+cdef class _FillRunner:
+    """Runs one :c:type:`FillPart` without the GIL in a worker thread (its memory
+    belongs to the caller of fill_scaled, which waits for it)."""
+    cdef FillPart* part
+
+    def __call__(self):
+        with nogil:
+            _fill_part(self.part)
+
+
+cdef object _fill_term(object term, object codes, int64_t nr):
+    """``[indptr, data, scale, scale2, factor, first, m]`` of a term the compiled
+    fill takes (float64 values, scales readable with their stride), or None."""
+    n_items = len(term)
+    if n_items not in (4, 5, 6):
+        return None
+    indptr, indices, data, scale = term[:4]
+    first = operator.index(term[4]) if n_items >= 5 else 0
+    factor = term[5] if n_items == 6 else 1.0
+    if type(factor) is not float or not _is_index_array(indices):
+        return None
+    if indptr is not None and not _is_index_array(indptr):
+        return None
+    m = indices.shape[0] if indptr is None else indptr.shape[0] - 1
+    if n_items == 4 and m != nr:
+        return None
+    if type(codes) is not np.ndarray or codes.ndim != 1 \
+            or codes.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) \
+            or not codes.flags.c_contiguous or codes.shape[0] != indices.shape[0]:
+        return None
+    scale2 = None
+    if isinstance(scale, tuple):
+        if len(scale) != 2:
+            return None
+        scale, scale2 = scale
+        if not (_is_values(scale2, m) and _array_kind(scale2) == F64
+                and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>scale2)
+                and _is_values(scale, m) and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>scale)):
+            return None
+    if data is not None and not (indptr is not None and _is_values(data, indices.shape[0])
+                                 and _array_kind(data) == F64
+                                 and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>data)):
+        return None
+    if scale is not None and not (_is_values(scale, m) and _array_kind(scale) == F64
+                                  and cnp.PyArray_ISALIGNED(<cnp.ndarray>scale)
+                                  and scale.strides[0] % 8 == 0):
+        return None
+    if factor != 1.0 and scale is None:
+        return None
+    return [indptr, data, scale, scale2, factor, first, m]
+
+
+def fill_scaled(indptr, terms, plan):
+    """The data of ``merge_scaled`` of ``terms`` by a plan of :func:`merge_plan`.
+
+    Contract of :func:`sparsegrad._fast._reference.fill_scaled`.  float64
+    values (data, row scales and pairs of them, factors) are written by a
+    loop over blocks of rows, every term in turn, in worker threads for large
+    results (the rows split at equal places); other dtypes go to the
+    reference.  Every code is checked against the places of its rows before
+    it is written.
+    """
+    terms = list(terms)
+    plan = list(plan)
+    out_indptr = np.ascontiguousarray(indptr, dtype=INDEX_DTYPE)
+    if out_indptr.ndim != 1 or out_indptr.shape[0] < 1 or len(plan) != len(terms):
+        return _reference.fill_scaled(indptr, terms, plan)
+    cdef int64_t nr = out_indptr.shape[0] - 1
+    cdef int64_t nnz = out_indptr[nr]
+    cdef Py_ssize_t k, q, n_terms = len(terms), n_parts = 1
+    prepared = []
+    for k in range(n_terms):
+        item = _fill_term(terms[k], plan[k], nr)
+        if item is None:
+            return _reference.fill_scaled(indptr, terms, plan)
+        if item[5] < 0 or item[5] > nr - item[6]:
+            raise ValueError("fill_scaled: term %d of %d rows from row %d does not fit "
+                             "in %d rows" % (k, item[6], item[5], nr))
+        if item[0] is not None:
+            _check_indptr(item[0], item[6], terms[k][1].shape[0], "fill_scaled term %d" % k)
+        prepared.append(item)
+    _check_indptr(out_indptr, nr, nnz, "fill_scaled")
+    if _threads > 1 and nnz >= 2 * PARALLEL_ENTRIES and nr > 1:
+        n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(nnz // PARALLEL_ENTRIES),
+                      <Py_ssize_t>nr)
+    bounds = [0] + [int(r) for r in np.searchsorted(
+        out_indptr, [nnz * q // n_parts for q in range(1, n_parts)])] + [nr]
+    out = np.empty(nnz, dtype=np.float64)
+    cdef FillTerm* ts = <FillTerm*>calloc(n_terms if n_terms else 1, sizeof(FillTerm))
+    cdef FillPart* parts = <FillPart*>calloc(n_parts, sizeof(FillPart))
+    cdef const int64_t* oip = <const int64_t*>_ptr(out_indptr)
+    cdef _FillRunner runner
+    cdef int64_t stores = 0
+    futures = []
+    try:
+        if ts == NULL or parts == NULL:
+            raise MemoryError()
+        for k in range(n_terms):
+            ip_k, data, scale, scale2, factor, first, m = prepared[k]
+            ts[k].term.indptr = <const int64_t*>_ptr(ip_k)
+            ts[k].term.data = _ptr(data)
+            ts[k].term.scale = _ptr(scale)
+            ts[k].term.scale_step = 0 if scale is None else scale.strides[0] // 8
+            ts[k].term.scale2 = _ptr(scale2)
+            ts[k].term.factor = factor
+            ts[k].term.mode = _term_mode(data, scale, F64)
+            ts[k].codes = _ptr(plan[k])
+            ts[k].wide = plan[k].dtype == INDEX_DTYPE
+            ts[k].first = first
+            ts[k].m = m
+        for q in range(n_parts):
+            parts[q].terms = ts
+            parts[q].n_terms = n_terms
+            parts[q].r0 = bounds[q]
+            parts[q].r1 = bounds[q + 1]
+            parts[q].lo = oip[parts[q].r0]
+            parts[q].hi = oip[parts[q].r1]
+            parts[q].out = <double*>_ptr(out)
+        for q in range(1, n_parts):
+            runner = _FillRunner()
+            runner.part = &parts[q]
+            futures.append(_submit(runner))
+        with nogil:
+            _fill_part(&parts[0])
+        _wait_all(futures)
+        futures = []
+        for q in range(n_parts):
+            if parts[q].stores < 0:
+                return _reference.fill_scaled(indptr, terms, plan)  # (raises, naming it)
+            stores += parts[q].stores
+    finally:
+        _wait_all(futures)  # (only after an error: never free what a thread uses)
+        free(ts)
+        free(parts)
+    if stores != nnz:
+        raise ValueError("fill_scaled: the plan writes %d of the %d places" % (stores, nnz))
+    return out

@@ -49,8 +49,9 @@ import numpy as np
 
 INDEX_DTYPE = np.int64
 
-__all__ = ["merge_scaled", "gather_rows", "matmul", "scale_rows", "coo_to_csr",
-           "selection_csr", "multiply_add", "take_product", "take"]
+__all__ = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul",
+           "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "take_product",
+           "take"]
 
 
 class RowIndexError(IndexError, ValueError):
@@ -397,6 +398,144 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     if dtype != INDEX_DTYPE:
         result = (result[0].astype(dtype), result[1].astype(dtype), result[2])
     return result
+
+
+def _plan_code_dtype(nnz):
+    """int32 codes when ``2 * nnz + 1`` fits (half the bytes to read), else int64."""
+    return np.int32 if 2 * nnz + 1 < 2 ** 31 else INDEX_DTYPE
+
+
+def merge_plan(indptr, indices, terms):
+    """Where each entry of :func:`merge_scaled`'s terms lands in its result.
+
+    The plan of :func:`fill_scaled`, which writes the values of a later merge of
+    terms with the same patterns (and other values) without merging again.
+
+    Parameters
+    ----------
+    indptr, indices : int arrays
+        The merged pattern: what ``merge_scaled`` returned for these terms
+        (int32 or int64).
+    terms : sequence of (indptr, indices, first_row)
+        The terms' patterns and first rows, as given to ``merge_scaled``;
+        ``indptr`` None: a selection by its columns (``-1``: an empty row).
+
+    Returns
+    -------
+    list of int arrays
+        One per term, one code per stored entry (per row for a selection):
+        ``2 p`` -- the entry's value goes to place ``p`` of the result's data
+        (the first term there), ``2 p + 1`` -- it is added to what is there,
+        ``-1`` -- an empty selection row.  int32 when ``2 nnz + 1`` fits, else
+        int64.  Raises ValueError when an entry is not in the pattern or a
+        term holds a column twice in a row.
+
+    Examples
+    --------
+    >>> terms = [(None, np.array([1, -1]), 0), (None, np.array([1, 0]), 0)]
+    >>> merge_plan(np.array([0, 1, 2]), np.array([1, 0]), terms)
+    [array([ 0, -1], dtype=int32), array([1, 2], dtype=int32)]
+    """
+    xp = _namespace(indptr, indices, *(a for term in terms for a in term[:2]))
+    indptr = _as_index(xp, indptr, "merge_plan indptr")
+    indices = _as_index(xp, indices, "merge_plan indices")
+    n_rows = len(indptr) - 1
+    nnz = len(indices)
+    if n_rows < 0 or int(indptr[0]) != 0 or int(indptr[-1]) != nnz:
+        raise ValueError("merge_plan: indptr must run from 0 to len(indices)")
+    width = max([int(indices.max()) + 1 if nnz else 1]
+                + [int(term[1].max()) + 1 for term in terms if len(term[1])])
+    keys = _row_of_each_entry(xp, indptr, nnz) * INDEX_DTYPE(width) + indices
+    code_dtype = _plan_code_dtype(nnz)
+    filled = xp.zeros(nnz, dtype=bool)
+    plan = []
+    for k, (term_indptr, term_indices, first_row) in enumerate(terms):
+        cols = _as_index(xp, term_indices, "merge_plan term indices")
+        if term_indptr is None:
+            m = len(cols)
+            rows = xp.arange(m, dtype=INDEX_DTYPE)
+            valid = cols >= 0
+        else:
+            term_indptr = _as_index(xp, term_indptr, "merge_plan term indptr")
+            m = len(term_indptr) - 1
+            rows = _row_of_each_entry(xp, term_indptr, len(cols))
+            valid = xp.ones(len(cols), dtype=bool)
+        first_row = operator.index(first_row)
+        if first_row < 0 or first_row + m > n_rows or m < 0:
+            raise ValueError("merge_plan: term %d of %d rows from row %d does not fit "
+                             "in %d rows" % (k, m, first_row, n_rows))
+        wanted = (rows[valid] + first_row) * INDEX_DTYPE(width) + cols[valid]
+        places = xp.minimum(xp.searchsorted(keys, wanted), max(nnz - 1, 0))
+        if len(wanted) and (not nnz or not bool(xp.all(keys[places] == wanted))):
+            raise ValueError("merge_plan: term %d has an entry outside the merged pattern"
+                             % k)
+        if len(places) > 1 and bool(xp.any(xp.diff(xp.sort(places)) == 0)):
+            raise ValueError("merge_plan: term %d holds a column twice in a row" % k)
+        codes = -xp.ones(len(cols), dtype=code_dtype)
+        codes[valid] = (2 * places + filled[places]).astype(code_dtype)
+        filled[places] = True
+        plan.append(codes)
+    return plan
+
+
+def fill_scaled(indptr, terms, plan):
+    """The data of ``merge_scaled`` of ``terms`` by a plan (:func:`merge_plan`).
+
+    ``indptr`` is the merged pattern's (its length gives the rows, its last
+    entry the places), ``terms`` are as :func:`merge_scaled`'s (4-, 5- or
+    6-tuples, the same patterns as when the plan was made, any values) and
+    ``plan`` the codes of :func:`merge_plan`.  Returns the data ``merge_scaled``
+    would: the same dtype and, value for value, the same rounding (each place
+    is its terms' values summed in the order of the terms).  ValueError when
+    the plan does not fit the terms or leaves a place unwritten.
+
+    Examples
+    --------
+    >>> terms = [(None, np.array([1, -1]), None, np.array([2.0, 3.0])),
+    ...          (None, np.array([1, 0]), None, None)]
+    >>> indptr = np.array([0, 1, 2])
+    >>> fill_scaled(indptr, terms, merge_plan(indptr, np.array([1, 0]),
+    ...                                       [(t[0], t[1], 0) for t in terms]))
+    array([3., 1.])
+    """
+    terms = list(terms)
+    if len(plan) != len(terms):
+        raise ValueError("fill_scaled: a plan of %d terms for %d terms"
+                         % (len(plan), len(terms)))
+    xp = _namespace(indptr, *(a for term in terms for a in term[:4]))
+    indptr = _as_index(xp, indptr, "fill_scaled indptr")
+    n_rows = len(indptr) - 1
+    nnz = int(indptr[-1])
+    places, values = [], []
+    for term, codes in zip(terms, plan):
+        if len(codes) != len(term[1]):
+            raise ValueError("fill_scaled: a term of %d entries has %d codes"
+                             % (len(term[1]), len(codes)))
+        indptr_k, indices_k, data, scale = _merge_term(term, n_rows)[:4]
+        v = xp.ones(len(indices_k)) if data is None else data
+        if scale is not None:
+            v = v * xp.asarray(scale)[_row_of_each_entry(xp, indptr_k, len(v))]
+        codes = xp.asarray(codes).astype(INDEX_DTYPE)
+        codes = codes[codes >= 0] if term[0] is None else codes
+        if len(codes) != len(v):
+            raise ValueError("fill_scaled: the plan does not fit a term's pattern")
+        places.append(codes)
+        values.append(v)
+    dtype = np.result_type(*[v.dtype for v in values]) if values else np.float64
+    out = xp.empty(nnz, dtype=dtype)
+    stores = 0
+    for codes, v in zip(places, values):
+        at = codes >> 1
+        if len(at) and (int(at.min()) < 0 or int(at.max()) >= nnz):
+            raise ValueError("fill_scaled: the plan points outside the %d places" % nnz)
+        first = (codes & 1) == 0
+        out[at[first]] = v[first]
+        out[at[~first]] += v[~first]
+        stores += int(first.sum())
+    if stores != nnz:
+        raise ValueError("fill_scaled: the plan writes %d of the %d places"
+                         % (stores, nnz))
+    return out
 
 
 def gather_rows(indptr, indices, data, rows):
