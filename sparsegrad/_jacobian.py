@@ -364,6 +364,10 @@ def _times(d, factor):
 #: tests compare against bit for bit)
 PENDING_PRODUCTS = True
 
+#: repeated merges of the same matrices go by a plan kept in the seed's structure
+#: (False: every merge merges, which the tests compare against bit for bit)
+MERGE_PLANS = True
+
 #: entries of a seed's ``structure.index_rows``: copies of index arrays (and, for
 #: deferred values, their largest entries)
 MAX_INDEX_ROWS = 64
@@ -491,14 +495,12 @@ def add(terms):
     return result
 
 
-def _merge(J, index_dtype=None, own=False):
+def _merge(J, index_dtype=None):
     """``indptr, indices, data`` of ``J`` as one canonical CSR (structural zeros kept).
 
     The terms of every block of a stacked Jacobian go to the kernel at their
     row offsets, so the whole matrix is written by one merge.  ``index_dtype``
-    (int64 when None) is the dtype of the returned index arrays.  The index
-    arrays may be shared with the seed's structure (read-only, see
-    :func:`_merge_by_plan`) unless ``own`` asks for arrays of the caller's.
+    (int64 when None) is the dtype of the returned index arrays.
     """
     seed = J.seed
     xp = seed.backend.xp
@@ -530,8 +532,8 @@ def _merge(J, index_dtype=None, own=False):
         # (kernels take the device from their arrays: an empty block carries it)
         parts.append((xp.zeros(1, dtype=INDEX_DTYPE), xp.zeros(0, dtype=INDEX_DTYPE), None,
                       None, 0))
-    if seed.structure.shared and not seed.pattern_only and _all_float64(parts):
-        return _merge_by_plan(J, parts, index_dtype, own)
+    if MERGE_PLANS and seed.structure.shared and not seed.pattern_only and _all_float64(parts):
+        return _merge_by_plan(J, parts, index_dtype)
     return seed.backend.kernels.merge_scaled(J.n_rows, seed.size, parts,
                                              pattern_only=seed.pattern_only,
                                              index_dtype=index_dtype)
@@ -563,7 +565,7 @@ def _pattern_key(J, index_dtype):
     return key, pieces
 
 
-def _merge_by_plan(J, parts, index_dtype, own):
+def _merge_by_plan(J, parts, index_dtype):
     """``merge_scaled`` of the terms ``parts`` of ``J``, by a merge plan when an
     earlier evaluation merged the same matrices.
 
@@ -571,8 +573,7 @@ def _merge_by_plan(J, parts, index_dtype, own):
     the seed's structure keeps the merged pattern and where each term's
     entries land in it (``kernels.merge_plan``), made at the second merge of
     one key, so that later merges only write values (``kernels.fill_scaled``,
-    equal bit for bit to the merge's).  ``own``: the returned index arrays
-    are the caller's (copies of the kept ones).
+    equal bit for bit to the merge's, on fresh copies of the pattern).
     """
     seed = J.seed
     kernels = seed.backend.kernels
@@ -581,9 +582,7 @@ def _merge_by_plan(J, parts, index_dtype, own):
     entry = _structure.recall(plans, key)
     _structure.looked_up(entry is not None)
     if entry is not None and entry[1] is not None:
-        indptr, indices, codes = entry[1]
-        data = kernels.fill_scaled(indptr, parts, codes)
-        return (indptr.copy(), indices.copy(), data) if own else (indptr, indices, data)
+        return kernels.fill_scaled(*entry[1][:2], parts, entry[1][2])
     merged = kernels.merge_scaled(J.n_rows, seed.size, parts, index_dtype=index_dtype)
     if entry is None:
         # (a plan costs about a merge and 4-8 bytes per entry: made when a
@@ -956,7 +955,7 @@ def to_scipy(J, dtype):
         # (a pattern the structure keeps is shared: the matrix gets copies)
         indptr, indices, data = pattern.indptr.copy(), pattern.indices.copy(), None
     else:
-        indptr, indices, data = _merge(J, index_dtype=index, own=True)
+        indptr, indices, data = _merge(J, index_dtype=index)
     if data is None:
         data = backend.xp.ones(len(indices), dtype)
     elif np.iscomplexobj(data) and not np.issubdtype(dtype, np.complexfloating):

@@ -3110,6 +3110,12 @@ cdef struct FillPart:
     int64_t lo, hi            # the places of those rows
     double* out
     int64_t stores            # values stored (not added), or -1: a bad code
+    # the copies of the pattern it makes: indptr[r0 + 1 .. r1], indices[lo .. hi - 1]
+    const char* indptr_in
+    char* indptr_out
+    const char* indices_in
+    char* indices_out
+    size_t index_size
 
 
 @cython.boundscheck(False)
@@ -3119,8 +3125,8 @@ cdef int64_t _fill_loop(formula_t* tag, const code_t* codes, const int64_t* ip,
                         const double* dp, const double* sp, int64_t step,
                         const double* s2p, double fac) noexcept nogil:
     """Local rows ``a .. b - 1`` of one term (``ip`` NULL: a selection, one
-    code per row) by the tag's formula: the values stored, or -1 for a code
-    that is invalid or points outside ``[lo, hi)``."""
+    code per row, -1 for none) by the tag's formula: the values stored, or -1
+    for a code that is invalid or points outside ``[lo, hi)``."""
     cdef int64_t r, e, e1, c, place, stores = 0
     cdef uint64_t width = <uint64_t>(hi - lo)
     cdef double v
@@ -3185,10 +3191,15 @@ cdef enum:
 cdef void _fill_part(FillPart* p) noexcept nogil:
     """Rows ``p.r0 .. p.r1 - 1``, a block of rows at a time, each block by the
     terms in order (so a place's values are summed in the order of the terms,
-    while the block's part of ``out`` stays in cache)."""
+    while the block's part of ``out`` stays in cache); first the part's share
+    of the pattern's copies."""
     cdef int64_t b0 = p.r0, b1, a, b, got, stores = 0
     cdef Py_ssize_t k
     cdef const FillTerm* ft
+    cdef size_t size = p.index_size
+    memcpy(p.indptr_out + (p.r0 + 1) * size, p.indptr_in + (p.r0 + 1) * size,
+           (p.r1 - p.r0) * size)
+    memcpy(p.indices_out + p.lo * size, p.indices_in + p.lo * size, (p.hi - p.lo) * size)
     while b0 < p.r1:
         b1 = b0 + FILL_BLOCK if p.r1 - b0 > FILL_BLOCK else p.r1
         for k in range(p.n_terms):
@@ -3261,45 +3272,58 @@ cdef object _fill_term(object term, object codes, int64_t nr):
     return [indptr, data, scale, scale2, factor, first, m]
 
 
-def fill_scaled(indptr, terms, plan):
-    """The data of ``merge_scaled`` of ``terms`` by a plan of :func:`merge_plan`.
+def fill_scaled(indptr, indices, terms, plan):
+    """``merge_scaled`` of ``terms`` again, by a plan of :func:`merge_plan`.
 
     Contract of :func:`sparsegrad._fast._reference.fill_scaled`.  float64
     values (data, row scales and pairs of them, factors) are written by a
     loop over blocks of rows, every term in turn, in worker threads for large
-    results (the rows split at equal places); other dtypes go to the
-    reference.  Every code is checked against the places of its rows before
-    it is written.
+    results (the rows split at equal places, each part copying its share of
+    the pattern too); other dtypes go to the reference (whose complex
+    products may differ from this module's merge in the last bit, as the
+    merges do).  Every code is checked against the places of its rows before
+    it is written, and the values stored are counted.
     """
     terms = list(terms)
     plan = list(plan)
-    out_indptr = np.ascontiguousarray(indptr, dtype=INDEX_DTYPE)
-    if out_indptr.ndim != 1 or out_indptr.shape[0] < 1 or len(plan) != len(terms):
-        return _reference.fill_scaled(indptr, terms, plan)
-    cdef int64_t nr = out_indptr.shape[0] - 1
-    cdef int64_t nnz = out_indptr[nr]
+    if not (type(indptr) is np.ndarray and type(indices) is np.ndarray
+            and indptr.ndim == 1 and indices.ndim == 1 and indptr.shape[0] >= 1
+            and indptr.dtype == indices.dtype
+            and indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+            and indptr.flags.c_contiguous and indices.flags.c_contiguous
+            and len(plan) == len(terms)):
+        return _reference.fill_scaled(indptr, indices, terms, plan)
+    cdef int64_t nr = indptr.shape[0] - 1
+    cdef int64_t nnz = indices.shape[0]
     cdef Py_ssize_t k, q, n_terms = len(terms), n_parts = 1
+    if int(indptr[0]) != 0 or int(indptr[nr]) != nnz:
+        raise ValueError("fill_scaled: indptr must run from 0 to len(indices)")
     prepared = []
     for k in range(n_terms):
         item = _fill_term(terms[k], plan[k], nr)
         if item is None:
-            return _reference.fill_scaled(indptr, terms, plan)
+            return _reference.fill_scaled(indptr, indices, terms, plan)
         if item[5] < 0 or item[5] > nr - item[6]:
             raise ValueError("fill_scaled: term %d of %d rows from row %d does not fit "
                              "in %d rows" % (k, item[6], item[5], nr))
         if item[0] is not None:
             _check_indptr(item[0], item[6], terms[k][1].shape[0], "fill_scaled term %d" % k)
         prepared.append(item)
-    _check_indptr(out_indptr, nr, nnz, "fill_scaled")
     if _threads > 1 and nnz >= 2 * PARALLEL_ENTRIES and nr > 1:
         n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(nnz // PARALLEL_ENTRIES),
                       <Py_ssize_t>nr)
-    bounds = [0] + [int(r) for r in np.searchsorted(
-        out_indptr, [nnz * q // n_parts for q in range(1, n_parts)])] + [nr]
+    # (the targets in indptr's dtype: another would convert all of indptr first)
+    bounds = [0] + [int(r) for r in np.searchsorted(indptr, np.array(
+        [nnz * q // n_parts for q in range(1, n_parts)], dtype=indptr.dtype))] + [nr]
+    places = [int(indptr[r]) for r in bounds]
+    if any(not 0 <= places[q] <= places[q + 1] <= nnz or bounds[q] > bounds[q + 1]
+           for q in range(n_parts)):
+        raise ValueError("fill_scaled: indptr decreases")
+    out_indptr = np.empty_like(indptr)
+    out_indices = np.empty_like(indices)
     out = np.empty(nnz, dtype=np.float64)
     cdef FillTerm* ts = <FillTerm*>calloc(n_terms if n_terms else 1, sizeof(FillTerm))
     cdef FillPart* parts = <FillPart*>calloc(n_parts, sizeof(FillPart))
-    cdef const int64_t* oip = <const int64_t*>_ptr(out_indptr)
     cdef _FillRunner runner
     cdef int64_t stores = 0
     futures = []
@@ -3319,14 +3343,20 @@ def fill_scaled(indptr, terms, plan):
             ts[k].wide = plan[k].dtype == INDEX_DTYPE
             ts[k].first = first
             ts[k].m = m
+        memcpy(_ptr(out_indptr), _ptr(indptr), indptr.itemsize)  # (indptr[0]; parts copy the rest)
         for q in range(n_parts):
             parts[q].terms = ts
             parts[q].n_terms = n_terms
             parts[q].r0 = bounds[q]
             parts[q].r1 = bounds[q + 1]
-            parts[q].lo = oip[parts[q].r0]
-            parts[q].hi = oip[parts[q].r1]
+            parts[q].lo = places[q]
+            parts[q].hi = places[q + 1]
             parts[q].out = <double*>_ptr(out)
+            parts[q].indptr_in = <const char*>_ptr(indptr)
+            parts[q].indptr_out = <char*>_ptr(out_indptr)
+            parts[q].indices_in = <const char*>_ptr(indices)
+            parts[q].indices_out = <char*>_ptr(out_indices)
+            parts[q].index_size = indptr.itemsize
         for q in range(1, n_parts):
             runner = _FillRunner()
             runner.part = &parts[q]
@@ -3337,12 +3367,14 @@ def fill_scaled(indptr, terms, plan):
         futures = []
         for q in range(n_parts):
             if parts[q].stores < 0:
-                return _reference.fill_scaled(indptr, terms, plan)  # (raises, naming it)
+                # (the reference's result, or its error naming what is wrong)
+                return _reference.fill_scaled(indptr, indices, terms, plan)
             stores += parts[q].stores
     finally:
         _wait_all(futures)  # (only after an error: never free what a thread uses)
         free(ts)
         free(parts)
     if stores != nnz:
-        raise ValueError("fill_scaled: the plan writes %d of the %d places" % (stores, nnz))
-    return out
+        raise ValueError("fill_scaled: the plan stores %d values for %d places"
+                         % (stores, nnz))
+    return out_indptr, out_indices, out

@@ -466,10 +466,10 @@ def merge_plan(indptr, indices, terms):
                              "in %d rows" % (k, m, first_row, n_rows))
         wanted = (rows[valid] + first_row) * INDEX_DTYPE(width) + cols[valid]
         places = xp.minimum(xp.searchsorted(keys, wanted), max(nnz - 1, 0))
-        if len(wanted) and (not nnz or not bool(xp.all(keys[places] == wanted))):
+        if len(wanted) and (not nnz or not bool((keys[places] == wanted).all())):
             raise ValueError("merge_plan: term %d has an entry outside the merged pattern"
                              % k)
-        if len(places) > 1 and bool(xp.any(xp.diff(xp.sort(places)) == 0)):
+        if len(places) > 1 and bool((xp.diff(xp.sort(places)) == 0).any()):
             raise ValueError("merge_plan: term %d holds a column twice in a row" % k)
         codes = -xp.ones(len(cols), dtype=code_dtype)
         codes[valid] = (2 * places + filled[places]).astype(code_dtype)
@@ -478,64 +478,77 @@ def merge_plan(indptr, indices, terms):
     return plan
 
 
-def fill_scaled(indptr, terms, plan):
-    """The data of ``merge_scaled`` of ``terms`` by a plan (:func:`merge_plan`).
+def fill_scaled(indptr, indices, terms, plan):
+    """``merge_scaled`` of ``terms`` again, by a plan (:func:`merge_plan`).
 
-    ``indptr`` is the merged pattern's (its length gives the rows, its last
-    entry the places), ``terms`` are as :func:`merge_scaled`'s (4-, 5- or
-    6-tuples, the same patterns as when the plan was made, any values) and
-    ``plan`` the codes of :func:`merge_plan`.  Returns the data ``merge_scaled``
-    would: the same dtype and, value for value, the same rounding (each place
-    is its terms' values summed in the order of the terms).  ValueError when
-    the plan does not fit the terms or leaves a place unwritten.
+    ``indptr, indices`` are the merged pattern the plan was made from,
+    ``terms`` are as :func:`merge_scaled`'s (4-, 5- or 6-tuples, the patterns
+    the plan was made for, any values) and ``plan`` the codes of
+    :func:`merge_plan`.  Returns fresh ``indptr, indices, data``: the pattern's
+    copies and the data ``merge_scaled`` would give, in its dtype and, value
+    for value, its rounding (each place is its terms' values summed in the
+    order of the terms).  The codes are trusted to be ``merge_plan``'s for
+    these patterns, which store every place once: which rows of a selection
+    hold an entry is read from them (-1: none), not from its columns, and a
+    place stored twice is not looked for (another is then left as
+    ``np.empty`` made it).  What is checked, cheaply enough for every
+    evaluation: every code points into the result (into its own row's places
+    in the compiled loop), and as many values are stored as there are places
+    (ValueError otherwise, and for a plan of other lengths than the terms).
 
     Examples
     --------
     >>> terms = [(None, np.array([1, -1]), None, np.array([2.0, 3.0])),
     ...          (None, np.array([1, 0]), None, None)]
-    >>> indptr = np.array([0, 1, 2])
-    >>> fill_scaled(indptr, terms, merge_plan(indptr, np.array([1, 0]),
-    ...                                       [(t[0], t[1], 0) for t in terms]))
+    >>> indptr, indices = np.array([0, 1, 2]), np.array([1, 0])
+    >>> plan = merge_plan(indptr, indices, [(t[0], t[1], 0) for t in terms])
+    >>> fill_scaled(indptr, indices, terms, plan)[2]
     array([3., 1.])
     """
     terms = list(terms)
     if len(plan) != len(terms):
         raise ValueError("fill_scaled: a plan of %d terms for %d terms"
                          % (len(plan), len(terms)))
-    xp = _namespace(indptr, *(a for term in terms for a in term[:4]))
-    indptr = _as_index(xp, indptr, "fill_scaled indptr")
+    xp = _namespace(indptr, indices, *(a for term in terms for a in term[:4]))
     n_rows = len(indptr) - 1
-    nnz = int(indptr[-1])
+    nnz = len(indices)
+    if n_rows < 0 or int(indptr[0]) != 0 or int(indptr[-1]) != nnz:
+        raise ValueError("fill_scaled: indptr must run from 0 to len(indices)")
     places, values = [], []
     for term, codes in zip(terms, plan):
         if len(codes) != len(term[1]):
             raise ValueError("fill_scaled: a term of %d entries has %d codes"
                              % (len(term[1]), len(codes)))
-        indptr_k, indices_k, data, scale = _merge_term(term, n_rows)[:4]
-        v = xp.ones(len(indices_k)) if data is None else data
+        codes = xp.asarray(codes).astype(INDEX_DTYPE)
+        if term[0] is None:
+            # (a selection's rows are its entries: the codes say which hold one,
+            # its columns are not read, as in the compiled loop)
+            m = len(codes)
+            entries = codes != -1
+            term = (xp.arange(m + 1, dtype=INDEX_DTYPE), xp.zeros(m, INDEX_DTYPE)) + term[2:]
+        else:
+            entries = xp.ones(len(codes), dtype=bool)
+        indptr_k, _, data, scale = _merge_term(term, n_rows)[:4]
+        v = xp.ones(len(codes)) if data is None else data
         if scale is not None:
             v = v * xp.asarray(scale)[_row_of_each_entry(xp, indptr_k, len(v))]
-        codes = xp.asarray(codes).astype(INDEX_DTYPE)
-        codes = codes[codes >= 0] if term[0] is None else codes
-        if len(codes) != len(v):
-            raise ValueError("fill_scaled: the plan does not fit a term's pattern")
-        places.append(codes)
-        values.append(v)
+        places.append(codes[entries])
+        values.append(v[entries])
     dtype = np.result_type(*[v.dtype for v in values]) if values else np.float64
-    out = xp.empty(nnz, dtype=dtype)
+    data = xp.empty(nnz, dtype=dtype)
     stores = 0
     for codes, v in zip(places, values):
         at = codes >> 1
         if len(at) and (int(at.min()) < 0 or int(at.max()) >= nnz):
             raise ValueError("fill_scaled: the plan points outside the %d places" % nnz)
         first = (codes & 1) == 0
-        out[at[first]] = v[first]
-        out[at[~first]] += v[~first]
+        data[at[first]] = v[first]
+        data[at[~first]] += v[~first]
         stores += int(first.sum())
     if stores != nnz:
-        raise ValueError("fill_scaled: the plan writes %d of the %d places"
+        raise ValueError("fill_scaled: the plan stores %d values for %d places"
                          % (stores, nnz))
-    return out
+    return xp.asarray(indptr).copy(), xp.asarray(indices).copy(), data
 
 
 def gather_rows(indptr, indices, data, rows):
