@@ -72,6 +72,13 @@ def random_cases(rng, dtypes, count):
             merged = merged + [(None, selected, None, terms[0][3])]
         for pattern_only in (False, True):
             yield "merge_scaled", (n_rows, n_cols, merged, pattern_only), {}
+        # the plan of that merge, and the merge again by it with other values
+        indptr, indices, _ = _reference.merge_scaled(n_rows, n_cols, merged)
+        patterns = [(t[0], t[1], t[4] if len(t) > 4 else 0) for t in merged]
+        yield "merge_plan", (indptr, indices, patterns), {}
+        again = [t[:3] + (None if t[3] is None else t[3] * 2.0,) + t[4:] for t in merged]
+        yield "fill_scaled", (indptr, indices, again,
+                              _reference.merge_plan(indptr, indices, patterns)), {}
         if not terms:
             continue
         indptr, indices, data, scale = terms[0]

@@ -1,0 +1,563 @@
+"""Merge plans: ``merge_plan`` and ``fill_scaled`` on both kernel implementations.
+
+A plan says where each entry of ``merge_scaled``'s terms lands in its result;
+``fill_scaled`` then writes the values of a later merge of terms with the same
+patterns and any values.  It returns fresh copies of the pattern and data
+that must be, bit for bit and in the same dtype, what ``merge_scaled`` of
+those terms returns: every form of term (4-, 5- and
+6-tuples, selections by their columns with empty rows, pairs of row scales,
+broadcast scales, blocks at row offsets, terms that overlap and sum), every
+dtype (the compiled fill writes float64 and hands other dtypes to the
+reference), in one thread or several.  The last test goes through the public
+API, where a repeated evaluation fills its Jacobian by a kept plan.
+"""
+import numpy as np
+import pytest
+
+import sparsegrad
+from sparsegrad import forward
+from sparsegrad._fast import _reference
+from sparsegrad.testing import numerical_jacobian
+from test_kernels import I64, _compiled_module, _restore, _threaded, call, random_csr
+
+FORMS = (4, 5, 6)
+DTYPES = ["float64", "float32", "complex128", "mixed"]
+
+
+@pytest.fixture(params=["reference", "compiled", "compiled, 3 threads"])
+def kernels(request):
+    """The kernel module under test (compiled: also with every fill split in threads)."""
+    if request.param == "reference":
+        yield _reference
+        return
+    module = _compiled_module()
+    threads = module.get_threads()
+    yield _threaded(module, 3 if "threads" in request.param else 1)
+    _restore(module, threads)
+
+
+@pytest.fixture(params=["1 thread", "3 threads"])
+def compiled(request):
+    """The compiled kernel module, in one thread and with every fill split in three."""
+    module = _compiled_module()
+    threads = module.get_threads()
+    yield _threaded(module, 3 if request.param == "3 threads" else 1)
+    _restore(module, threads)
+
+
+# ---------------------------------------------------------------------------
+# random terms: patterns first, then values for them (as often as wanted)
+# ---------------------------------------------------------------------------
+
+def _skeletons(rng, n_rows, n_cols, n_terms=None):
+    """Random term patterns ``(form, indptr, indices, first_row, m)``: ``form``
+    is the tuple length (4: all rows from row 0), ``indptr`` None for a
+    selection by its columns (``-1`` holes).  Some patterns come twice, the
+    second time with the same arrays (duplicates summed in term order), and
+    blocks overlap."""
+    if n_terms is None:
+        n_terms = int(rng.integers(1, 7))
+    out = []
+    while len(out) < n_terms:
+        form = int(rng.choice(FORMS))
+        if form == 4:
+            m, first = n_rows, 0
+        else:
+            m = int(rng.integers(0, n_rows + 1))
+            first = int(rng.integers(0, n_rows - m + 1))
+        if rng.random() < 0.4:  # a selection by its columns
+            indptr = None
+            if n_cols:
+                indices = rng.integers(0, n_cols, m).astype(I64)
+                indices[rng.random(m) < 0.25] = -1
+            else:
+                indices = np.full(m, -1, dtype=I64)
+        else:
+            indptr, indices, _ = random_csr(rng, m, n_cols, rng.random())
+        out.append((form, indptr, indices, first, m))
+        if rng.random() < 0.3:  # the same matrix again: its entries summed twice
+            out.append(out[-1])
+    return out[:n_terms]
+
+
+def _array_dtype(rng, dtype):
+    if dtype == "mixed":
+        return [np.float32, np.float64][rng.integers(2)]
+    return np.dtype(dtype).type
+
+
+def _draw(rng, n, dtype):
+    """``n`` values of magnitudes from 1e-6 to 1e6 (so that the order of a sum
+    shows in its rounding), some zero."""
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-6, 7, n)
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.standard_normal(n) * 10.0 ** rng.integers(-6, 7, n)
+    values[rng.random(n) < 0.1] = 0
+    return values.astype(dtype)
+
+
+def _scale(rng, m, dtype, choice):
+    """A row scale of ``m`` rows: None, a vector, a broadcast (stride-0) value,
+    a strided view, or a pair ``(d, c)`` (contiguous or strided ``c``)."""
+    if choice == "none":
+        return None
+    if choice == "vector":
+        return _draw(rng, m, _array_dtype(rng, dtype))
+    if choice == "broadcast":
+        return np.broadcast_to(_draw(rng, 1, _array_dtype(rng, dtype))[0], (m,))
+    if choice == "strided":
+        return _draw(rng, 2 * m, _array_dtype(rng, dtype))[::2]
+    d = _draw(rng, m, _array_dtype(rng, dtype))
+    c = _draw(rng, 2 * m, _array_dtype(rng, dtype))
+    return (d, c[::2] if choice == "pair, strided" else c[:m])
+
+
+SCALES = ["none", "vector", "broadcast", "strided", "pair", "pair, strided"]
+
+
+def _term(rng, skeleton, dtype, factors=(float, int, np.float64, np.float32)):
+    """A merge term for ``skeleton`` with fresh values of ``dtype``: new data
+    (or None: ones), a new row scale of a random kind, a new factor."""
+    form, indptr, indices, first, m = skeleton
+    data = None
+    if indptr is not None and rng.random() < 0.75:
+        data = _draw(rng, len(indices), _array_dtype(rng, dtype))
+    scale = _scale(rng, m, dtype, SCALES[rng.integers(len(SCALES))])
+    term = (indptr, indices, data, scale)
+    if form == 4:
+        return term
+    if form == 5:
+        return term + (first,)
+    if scale is None:
+        factor = 1.0
+    else:
+        kind = factors[rng.integers(len(factors))]
+        factor = kind(rng.integers(-3, 4)) if kind is int else kind(rng.standard_normal() * 4)
+    return term + (first, factor)
+
+
+def _patterns(terms):
+    """The terms as merge_plan takes them: ``(indptr, indices, first_row)``."""
+    return [(t[0], t[1], t[4] if len(t) > 4 else 0) for t in terms]
+
+
+def _assert_identical(actual, expected):
+    """Same dtype, same shape, the same values bit for bit (NaNs included)."""
+    assert isinstance(actual, np.ndarray)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape
+    np.testing.assert_array_equal(actual.view(np.uint8), expected.view(np.uint8))
+
+
+def _assert_same_merge(actual, expected):
+    """Two ``indptr, indices, data`` triples: identical index arrays (dtype and
+    values) and identical data."""
+    assert isinstance(actual, tuple) and len(actual) == 3
+    for a, e in zip(actual[:2], expected[:2]):
+        assert isinstance(a, np.ndarray) and a.dtype == e.dtype
+        np.testing.assert_array_equal(a, e)
+    _assert_identical(actual[2], expected[2])
+
+
+def _check_plan(kernels, rng, n_rows, n_cols, skeletons, dtype, index_dtype, refills=3):
+    """Merge terms of ``skeletons``, plan the merge, then fill ``refills`` new
+    valuations of the same patterns by the plan: each must equal its merge."""
+    terms = [_term(rng, s, dtype) for s in skeletons]
+    merged = call(kernels.merge_scaled, n_rows, n_cols, terms, index_dtype=index_dtype)
+    indptr, indices = merged[:2]
+    plan = call(kernels.merge_plan, indptr, indices, _patterns(terms))
+    assert isinstance(plan, list) and len(plan) == len(terms)
+    for codes, term in zip(plan, terms):
+        assert isinstance(codes, np.ndarray) and codes.dtype == np.int32
+        assert codes.shape == term[1].shape
+    if rng.random() < 0.5:  # (a structure keeps its plans read-only)
+        for codes in plan:
+            codes.setflags(write=False)
+    if rng.random() < 0.5:  # (and the pattern it keeps)
+        for array in (indptr, indices):
+            array.setflags(write=False)
+    # (the compiled fill hands complex values to the reference, whose products
+    # may differ from the compiled merge's in the last bit, as the merges do)
+    merge = _reference.merge_scaled if dtype == "complex128" else kernels.merge_scaled
+    if merge is not kernels.merge_scaled:
+        merged = call(merge, n_rows, n_cols, terms, index_dtype=index_dtype)
+    _assert_same_merge(call(kernels.fill_scaled, indptr, indices, terms, plan), merged)
+    for _ in range(refills):
+        new = [_term(rng, s, dtype) for s in skeletons]
+        expected = call(merge, n_rows, n_cols, new, index_dtype=index_dtype)
+        _assert_same_merge(call(kernels.fill_scaled, indptr, indices, new, plan), expected)
+    return indptr, indices, plan
+
+
+# ---------------------------------------------------------------------------
+# 1. fill_scaled by a plan == merge_scaled, on every module
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("index_dtype", [None, np.int32])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fill_by_plan_equals_merge(kernels, rng, dtype, index_dtype):
+    for _ in range(25):
+        n_rows, n_cols = (int(x) for x in rng.integers(0, 13, 2))
+        skeletons = _skeletons(rng, n_rows, n_cols)
+        _check_plan(kernels, rng, n_rows, n_cols, skeletons, dtype, index_dtype)
+
+
+def test_fill_by_plan_larger_and_banded(kernels, rng):
+    # rows past the compiled fill's block of 1024 rows; stencil selections
+    # sharing their columns, a dense-ish block, a band of two diagonals
+    n = 2500
+    cols = np.arange(n, dtype=I64)
+    skeletons = [(4, None, cols, 0, n),
+                 (6, None, np.where(cols > 0, cols - 1, -1), 0, n),
+                 (5, None, (cols + 1) % n, 0, n)]
+    band_indptr = np.arange(0, 2 * 600 + 1, 2, dtype=I64)
+    band_indices = np.stack([np.arange(600), np.arange(600) + 5], axis=1).ravel()
+    skeletons.append((6, band_indptr, band_indices.astype(I64), 1000, 600))
+    indptr, indices, _ = random_csr(rng, 40, n, 0.02)
+    skeletons += [(5, indptr, indices, 1010, 40), (5, indptr, indices, 1020, 40)]
+    for dtype in ("float64", "float32"):
+        _check_plan(kernels, rng, n, n, skeletons, dtype, None, refills=2)
+
+
+def test_plan_example(kernels):
+    # two selections by their columns: the second adds where the first stored
+    terms = [(None, np.array([1, -1]), None, np.array([2.0, 3.0])),
+             (None, np.array([1, 0]), None, None)]
+    indptr, indices = np.array([0, 1, 2]), np.array([1, 0])
+    plan = kernels.merge_plan(indptr, indices, _patterns(terms))
+    assert [c.dtype for c in plan] == [np.int32, np.int32]
+    np.testing.assert_array_equal(plan[0], [0, -1])
+    np.testing.assert_array_equal(plan[1], [1, 2])
+    result = call(kernels.fill_scaled, indptr, indices, terms, plan)
+    _assert_same_merge(result, (indptr, indices, np.array([3.0, 1.0])))
+
+
+def test_plan_sums_in_term_order(kernels):
+    # ((1e16 + 1) + 1) rounds to 1e16 twice; any other order gives 1e16 + 2
+    one = (np.array([0, 1]), np.array([0], dtype=I64))
+    terms = [one + (np.array([1e16]), None), one + (np.array([1.0]), None),
+             one + (None, np.array([1.0]), 0, 1.0)]
+    merged = kernels.merge_scaled(1, 1, terms)
+    plan = kernels.merge_plan(*merged[:2], _patterns(terms))
+    np.testing.assert_array_equal(np.concatenate(plan), [0, 1, 1])
+    result = kernels.fill_scaled(*merged[:2], terms, plan)
+    _assert_same_merge(result, merged)
+    assert result[2][0] == (1e16 + 1.0) + 1.0
+
+
+def test_plan_of_no_terms_and_empty_terms(kernels):
+    empty = (np.zeros(1, I64), np.zeros(0, I64), None, None, 0)
+    for n_rows, terms in [(3, []), (3, [empty]), (0, [empty, empty])]:
+        for index_dtype in (None, np.int32):
+            merged = kernels.merge_scaled(n_rows, 2, terms, index_dtype=index_dtype)
+            plan = kernels.merge_plan(*merged[:2], _patterns(terms))
+            assert len(plan) == len(terms)
+            _assert_same_merge(call(kernels.fill_scaled, *merged[:2], terms, plan), merged)
+
+
+# ---------------------------------------------------------------------------
+# 2. the compiled module against the reference
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("index_dtype", [None, np.int32])
+def test_compiled_plan_and_fill_match_reference(compiled, rng, index_dtype):
+    for _ in range(40):
+        n_rows, n_cols = (int(x) for x in rng.integers(0, 13, 2))
+        skeletons = _skeletons(rng, n_rows, n_cols)
+        terms = [_term(rng, s, "float64") for s in skeletons]
+        indptr, indices, _ = _reference.merge_scaled(n_rows, n_cols, terms,
+                                                     index_dtype=index_dtype)
+        expected = _reference.merge_plan(indptr, indices, _patterns(terms))
+        actual = call(compiled.merge_plan, indptr, indices, _patterns(terms))
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert a.dtype == e.dtype
+            np.testing.assert_array_equal(a, e)
+        for dtype in ("float64", "mixed"):
+            new = [_term(rng, s, dtype) for s in skeletons]
+            _assert_same_merge(call(compiled.fill_scaled, indptr, indices, new, actual),
+                               _reference.fill_scaled(indptr, indices, new, expected))
+
+
+def test_compiled_fill_writes_float64_itself(compiled, rng, monkeypatch):
+    # float64 data, contiguous, strided or broadcast scales, pairs of contiguous
+    # vectors and Python float factors: the compiled loop, not the reference
+    def refuse(*args):
+        raise AssertionError("the compiled fill handed float64 terms to the reference")
+
+    for _ in range(20):
+        n_rows, n_cols = (int(x) for x in rng.integers(1, 13, 2))
+        skeletons = _skeletons(rng, n_rows, n_cols)
+        terms = [_term(rng, s, "float64", factors=(float,)) for s in skeletons]
+        terms = [t if not isinstance(t[3], tuple) or t[3][1].flags.c_contiguous
+                 else t[:3] + (t[3][0],) + t[4:] for t in terms]
+        index_dtype = [None, np.int32][rng.integers(2)]
+        expected = compiled.merge_scaled(n_rows, n_cols, terms, index_dtype=index_dtype)
+        plan = compiled.merge_plan(*expected[:2], _patterns(terms))
+        with monkeypatch.context() as patch:
+            patch.setattr(_reference, "fill_scaled", refuse)
+            actual = compiled.fill_scaled(*expected[:2], terms, plan)
+        _assert_same_merge(actual, expected)
+
+
+# ---------------------------------------------------------------------------
+# 3. threads: the compiled fill split into parts equals the fill in one
+# ---------------------------------------------------------------------------
+
+def test_threaded_fill_equals_one_thread(rng):
+    module = _compiled_module()
+    threads = module.get_threads()
+    try:
+        for n_rows in (300, 517):
+            n_cols = n_rows
+            cols = np.arange(n_rows, dtype=I64)
+            skeletons = _skeletons(rng, n_rows, n_cols, 6) + [
+                (4, None, cols, 0, n_rows), (5, None, (cols + 3) % n_cols, 0, n_rows),
+                (6, None, np.where(cols % 7 == 0, -1, cols), 0, n_rows)]
+            terms = [_term(rng, s, "float64") for s in skeletons]
+            _threaded(module, 1)
+            indptr, indices, _ = module.merge_scaled(n_rows, n_cols, terms)
+            plan = module.merge_plan(indptr, indices, _patterns(terms))
+            for _ in range(3):
+                new = [_term(rng, s, "float64", factors=(float,)) for s in skeletons]
+                _restore(module, 1)
+                single = module.fill_scaled(indptr, indices, new, plan)
+                _assert_same_merge(single, module.merge_scaled(n_rows, n_cols, new))
+                module.set_threads(3)
+                for entries in (1, 7, 100):
+                    module._set_parallel_entries(entries)
+                    _assert_same_merge(call(module.fill_scaled, indptr, indices, new, plan),
+                                       single)
+    finally:
+        _restore(module, threads)
+
+
+# ---------------------------------------------------------------------------
+# 4. errors: ValueError, never a crash or a write out of bounds
+# ---------------------------------------------------------------------------
+
+def _error_case(dtype):
+    """4 x 5 result of a CSR term, a selection with a hole and a 2-row block
+    from row 1: ``n_rows, terms, indptr, indices, plan``."""
+    dtype = np.dtype(dtype).type
+    a = (np.array([0, 2, 3, 3, 5]), np.array([0, 2, 1, 3, 4]),
+         np.arange(1, 6).astype(dtype), np.full(4, 2, dtype=dtype))
+    s = (None, np.array([2, -1, 0, 4]), None, np.arange(1, 5).astype(dtype))
+    b = (np.array([0, 1, 3]), np.array([1, 0, 3]), np.ones(3, dtype=dtype), None, 1)
+    terms = [a, s, b]
+    indptr, indices, _ = _reference.merge_scaled(4, 5, terms)
+    return 4, terms, indptr, indices, _reference.merge_plan(indptr, indices, _patterns(terms))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_error_case_is_valid(kernels, dtype):
+    n_rows, terms, indptr, indices, plan = _error_case(dtype)
+    np.testing.assert_array_equal(indptr, [0, 2, 3, 5, 7])
+    np.testing.assert_array_equal(indices, [0, 2, 1, 0, 3, 3, 4])
+    expected = [[0, 2, 4, 10, 12], [3, -1, 6, 13], [5, 7, 8]]
+    for codes, e in zip(plan, expected):
+        assert codes.dtype == np.int32
+        np.testing.assert_array_equal(codes, e)
+    for codes, expected in zip(kernels.merge_plan(indptr, indices, _patterns(terms)), plan):
+        np.testing.assert_array_equal(codes, expected)
+    _assert_same_merge(kernels.fill_scaled(indptr, indices, terms, plan),
+                       kernels.merge_scaled(n_rows, 5, terms))
+
+
+def test_merge_plan_rejects_entries_outside_the_pattern(kernels):
+    _, terms, indptr, indices, _ = _error_case(np.float64)
+    patterns = _patterns(terms)
+    outside = [
+        (np.array([0, 2, 3, 3, 5]), np.array([0, 1, 1, 3, 4]), 0),   # row 0, column 1
+        (np.array([0, 2, 3, 4, 5]), np.array([0, 2, 1, 1, 4]), 0),   # row 2, column 1
+        (None, np.array([3, -1, 0, 4]), 0),                          # row 0, column 3
+        (None, np.array([-1, -1, -1, 1]), 0),                        # row 3, column 1
+        (np.array([0, 1, 3]), np.array([1, 0, 3]), 2),               # the block a row down
+        (np.array([0, 1]), np.array([7]), 3),                        # past the columns
+    ]
+    for bad in outside:
+        for position in (0, 1, 3):
+            trial = patterns[:position] + [bad] + patterns[position:]
+            with pytest.raises(ValueError):
+                kernels.merge_plan(indptr, indices, trial)
+    with pytest.raises(ValueError):  # no entries at all in the result
+        kernels.merge_plan(np.zeros(5, I64), np.zeros(0, I64), [patterns[0]])
+    with pytest.raises(ValueError):  # one column twice in a row
+        kernels.merge_plan(indptr, indices, [(np.array([0, 2]), np.array([2, 2]), 0)])
+    kernels.merge_plan(indptr, indices, patterns + patterns[::-1])   # (all of these fit)
+
+
+def test_merge_plan_rejects_terms_that_do_not_fit(kernels):
+    _, terms, indptr, indices, _ = _error_case(np.float64)
+    patterns = _patterns(terms)
+    block_indptr, block_indices = terms[2][:2]
+    for first in (-1, 3, 4, 10 ** 12):
+        with pytest.raises(ValueError):
+            kernels.merge_plan(indptr, indices, patterns + [(block_indptr, block_indices, first)])
+    for bad in [(None, np.array([2, -1, 0, 4, 0]), 0),              # five rows of four
+                (None, np.array([0, 0]), 3),
+                (np.array([0, 2, 3, 3, 5, 5]), np.array([0, 2, 1, 3, 4]), 0),
+                (np.array([0, 2, 3, 3, 5]), np.array([0, 2, 1, 3, 4]), 1)]:
+        with pytest.raises(ValueError):
+            kernels.merge_plan(indptr, indices, [bad])
+    with pytest.raises(ValueError):  # a merged indptr that does not end at its entries
+        kernels.merge_plan(np.array([0, 2, 4, 6, 7]), indices, patterns)
+
+
+def _fill_raises(kernels, pattern, terms, plan):
+    with pytest.raises(ValueError):
+        kernels.fill_scaled(*pattern, terms, plan)
+
+
+def _with_code(plan, k, at, code, dtype=None):
+    plan = [c.copy() for c in plan]
+    if dtype is not None:
+        plan[k] = plan[k].astype(dtype)
+    plan[k][at] = code
+    return plan
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fill_rejects_plans_that_do_not_fit(kernels, dtype):
+    _, terms, indptr, indices, plan = _error_case(dtype)
+    pattern = (indptr, indices)
+    _fill_raises(kernels, pattern, terms, plan[:-1])             # a plan of fewer terms
+    _fill_raises(kernels, pattern, terms, plan + [plan[0]])      # of more terms
+    _fill_raises(kernels, pattern, terms[:-1], plan)
+    for k in range(3):                                          # codes of other lengths
+        _fill_raises(kernels, pattern, terms, plan[:k] + [plan[k][:-1]] + plan[k + 1:])
+        _fill_raises(kernels, pattern, terms,
+                     plan[:k] + [np.append(plan[k], plan[k][:1])] + plan[k + 1:])
+    block = terms[2]
+    for first in (-1, 3, 10 ** 12):                             # a block that does not fit
+        _fill_raises(kernels, pattern, terms[:2] + [block[:4] + (first,)], plan)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fill_rejects_codes_outside_the_result(kernels, dtype):
+    _, terms, indptr, indices, plan = _error_case(dtype)
+    pattern = (indptr, indices)
+    nnz = len(indices)
+    codes = [2 * nnz, 2 * nnz + 1, 2 * nnz + 40, 2 ** 31 - 1, -2, -3, -(2 ** 31)]
+    for k, at in [(0, 0), (0, 4), (1, 0), (1, 3), (2, 2)]:
+        for code in codes:
+            _fill_raises(kernels, pattern, terms, _with_code(plan, k, at, code))
+        for code in (2 ** 40, 2 ** 62, -(2 ** 40), 2 ** 63 - 1, -(2 ** 63)):
+            _fill_raises(kernels, pattern, terms, _with_code(plan, k, at, code, np.int64))
+    # a pattern of other lengths than the plan's
+    _fill_raises(kernels, (indptr[:-1], indices), terms, plan)
+    _fill_raises(kernels, (indptr, indices[:-1]), terms, plan)
+    _fill_raises(kernels, (indptr, np.append(indices, 4)), terms, plan)
+    _fill_raises(kernels, (indptr[:-1], indices[:5]), terms, plan)   # (fewer rows)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fill_rejects_plans_that_leave_a_place_unwritten(kernels, dtype):
+    _, terms, indptr, indices, plan = _error_case(dtype)
+    pattern = (indptr, indices)
+    _fill_raises(kernels, pattern, terms, [c | 1 for c in plan])   # all adds (-1 stays)
+    for k in range(3):                                          # one term's stores as adds
+        odd = [np.where(c >= 0, c | 1, c) if j == k else c for j, c in enumerate(plan)]
+        _fill_raises(kernels, pattern, terms, odd)
+    # a term dropped (with its codes): the places only it stored stay unwritten
+    _fill_raises(kernels, pattern, terms[1:], plan[1:])
+    _fill_raises(kernels, pattern, terms[:1] + terms[2:], plan[:1] + plan[2:])
+
+
+def test_merge_plan_stores_every_place_once(kernels, rng):
+    # what fill_scaled trusts a plan with (it counts the stores, but does not
+    # look for a place stored twice): merge_plan's codes store each place of
+    # the result exactly once, whatever the overlaps of the terms
+    for _ in range(40):
+        n_rows, n_cols = (int(x) for x in rng.integers(0, 13, 2))
+        terms = [_term(rng, s, "float64") for s in _skeletons(rng, n_rows, n_cols)]
+        indptr, indices = call(kernels.merge_scaled, n_rows, n_cols, terms)[:2]
+        plan = call(kernels.merge_plan, indptr, indices, _patterns(terms))
+        codes = np.concatenate([c.astype(np.int64) for c in plan] + [np.zeros(0, np.int64)])
+        codes = codes[codes >= 0]
+        stored = np.bincount(codes[codes % 2 == 0] >> 1, minlength=len(indices))
+        np.testing.assert_array_equal(stored, np.ones(len(indices), np.int64))
+        assert np.all(np.isin(codes[codes % 2 == 1] >> 1, codes[codes % 2 == 0] >> 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fill_takes_a_selections_entries_from_its_codes(kernels, dtype):
+    # the selection [2, -1, 0, 4]: which rows hold an entry is read from the
+    # codes (-1: none), not from the columns (the documented trust in
+    # merge_plan's codes); both modules agree on such a plan, and one that
+    # stores more values than there are places raises
+    _, terms, indptr, indices, plan = _error_case(dtype)
+    pattern = (indptr, indices)
+    np.testing.assert_array_equal(plan[1], [3, -1, 6, 13])
+    at_hole = _with_code(plan, 1, 1, 5)   # (row 1 adds its scale, 2.0, at place 2)
+    expected = call(kernels.fill_scaled, *pattern, terms, plan)[2].copy()
+    expected[2] += dtype(2.0)
+    _assert_identical(call(kernels.fill_scaled, *pattern, terms, at_hole)[2], expected)
+    assert call(_reference.fill_scaled, *pattern, terms, at_hole)[2][2] == expected[2]
+    _fill_raises(kernels, pattern, terms, _with_code(plan, 1, 1, 8))   # (one store too many)
+
+
+# ---------------------------------------------------------------------------
+# 5. end to end: a repeated evaluation filled by a kept plan
+# ---------------------------------------------------------------------------
+
+N = 30
+EAST = np.roll(np.arange(N), -1)
+WEST = np.roll(np.arange(N), 1)
+
+
+def _residual(x):
+    return x[EAST] * x - np.exp(x[WEST]) + np.concatenate([x[:1], x[1:] ** 2])
+
+
+def _jacobian(x):
+    return _residual(forward.seed(x)).dvalue.tocsr()
+
+
+def _uncached_jacobian(x):
+    limit = sparsegrad.structure_cache_limit()
+    try:
+        sparsegrad.structure_cache_limit(0)
+        return _jacobian(x)
+    finally:
+        sparsegrad.structure_cache_limit(limit)
+
+
+def test_repeated_evaluation_filled_by_a_plan(fresh_structure_cache, monkeypatch):
+    from sparsegrad import _fast
+    fills = []
+    original = _fast.kernels.fill_scaled
+
+    def counting_fill(*args):
+        fills.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(_fast.kernels, "fill_scaled", counting_fill)
+    rng = np.random.default_rng(7)
+    points = [rng.uniform(-1, 1, N) for _ in range(4)]
+    jacobians, held = [], []
+    for x in points:
+        jacobians.append(_jacobian(x))
+        held.append(sparsegrad.structure_cache_info().held_bytes)
+    assert len(fills) == 2             # the third and fourth evaluations, by the plan
+    assert held[2] > held[0]           # the plan (pattern and codes) is kept
+    for J1, J2 in zip(jacobians, jacobians[1:]):
+        for name in ("indptr", "indices", "data"):
+            a, b = getattr(J1, name), getattr(J2, name)
+            assert a is not b and not np.shares_memory(a, b)
+    # the caller's arrays are the caller's: writing them changes no later result
+    J2 = jacobians[1]
+    J2.indptr[1:] = 0
+    J2.indices[:] = N - 1
+    J2.data[:] = np.nan
+    again = [_jacobian(x) for x in points[1:3]]
+    assert len(fills) == 4
+    # (a zero limit empties the cache: the uncached evaluations come last)
+    for x, J in zip(points + points[1:3], jacobians + again):
+        expected = _uncached_jacobian(x)
+        if J is not J2:
+            for name in ("indptr", "indices", "data"):
+                _assert_identical(getattr(J, name), getattr(expected, name))
+        numerical = numerical_jacobian(_residual, x, method="central")
+        np.testing.assert_allclose(expected.toarray(), numerical, rtol=1e-6, atol=1e-8)
+    assert len(fills) == 4             # (no plan with the cache off)
