@@ -448,6 +448,14 @@ def _combine(first, second):
     if s == s2 and s != 0:
         # s (d + d2): one pass (sums of stencil terms share s, a grid factor)
         return (s, _sum_of_factors(d, d2), M)
+    if (d is None) != (d2 is None):
+        # s2 d2 + s in one pass (a diagonal's constant and its nonlinear part:
+        # -4 u / h^2 + lam exp(u)), rounded as the two passes below
+        vector, times, plus = (_vector(d2), s2, s) if d is None else (_vector(d), s, s2)
+        if _scalar_keeps_dtype(times, vector) and _scalar_keeps_dtype(plus, vector):
+            number = vector.dtype.type
+            return (1, _backend.of(vector).kernels.multiply_add(vector, number(times),
+                                                                 number(plus)), M)
     return (1, _factor(s, d) + _factor(s2, d2), M)
 
 

@@ -1295,6 +1295,21 @@ def test_multiply_add_rounds_as_numpy(kernels, rng, dtype, n):
     np.testing.assert_array_equal(kernels.multiply_add(strided, b, c), expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+def test_multiply_add_of_scalars_rounds_as_numpy(kernels, rng, dtype, n):
+    # b, c numpy scalars of a's dtype (a row factor times a number plus a
+    # number: two terms of one matrix combined), alone or with a vector
+    a, b, c = (rng.standard_normal(n).astype(dtype) * 10.0 ** rng.integers(-3, 4, n)
+               for _ in range(3))
+    times, plus = np.dtype(dtype).type(-4.0e6 / 3.0), np.dtype(dtype).type(0.1)
+    for args in [(a, times, plus), (a, times, c), (a, b, plus)]:
+        expected = args[0] * args[1] + args[2]
+        got = call(kernels.multiply_add, *args)
+        assert got.dtype == expected.dtype and got.shape == (n,)
+        np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, "mixed"])
 def test_take_product_rounds_and_indexes_as_numpy(kernels, rng, dtype):
     m = 50

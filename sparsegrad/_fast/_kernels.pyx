@@ -2860,12 +2860,12 @@ cdef inline bint _same_real_vectors(tuple arrays, Py_ssize_t n):
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef void _multiply_add_loop(Py_ssize_t n, const real_t* a, const real_t* b, const real_t* c,
-                             real_t* out) noexcept nogil:
+                             real_t* out, Py_ssize_t b_step, Py_ssize_t c_step) noexcept nogil:
     cdef Py_ssize_t i
     cdef real_t product
     for i in range(n):
-        product = a[i] * b[i]  # (rounded before the sum: built without FMA contraction)
-        out[i] = product + c[i]
+        product = a[i] * b[i * b_step]  # (rounded before the sum: built without FMA contraction)
+        out[i] = product + c[i * c_step]
 
 
 def multiply_add(a, b, c):
@@ -2873,11 +2873,20 @@ def multiply_add(a, b, c):
 
     Contract of :func:`sparsegrad._fast._reference.multiply_add` (numpy's
     rounding: the product, then the sum).  Other than 1-d C-contiguous
-    float32/float64 arrays of one dtype and length go to the reference.
+    float32/float64 arrays of one dtype and length (``b``, ``c`` also numpy
+    scalars of that dtype) go to the reference.
     """
     cdef Py_ssize_t n = len(a)
-    if not _same_real_vectors((a, b, c), n):
+    cdef Py_ssize_t b_step = 1, c_step = 1
+    if not _same_real_vectors((a,), n):
         return _reference.multiply_add(a, b, c)
+    if type(b) is a.dtype.type:  # (a scalar: read with step 0)
+        b, b_step = np.array([b]), 0
+    if type(c) is a.dtype.type:
+        c, c_step = np.array([c]), 0
+    if not ((not b_step or _same_real_vectors((a, b), n))
+            and (not c_step or _same_real_vectors((a, c), n))):
+        return _reference.multiply_add(a, b[0] if not b_step else b, c[0] if not c_step else c)
     out = np.empty(n, dtype=a.dtype)
     cdef void* pa = _ptr(a)
     cdef void* pb = _ptr(b)
@@ -2886,10 +2895,10 @@ def multiply_add(a, b, c):
     with nogil:
         if cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64:
             _multiply_add_loop[double](n, <const double*>pa, <const double*>pb,
-                                       <const double*>pc, <double*>po)
+                                       <const double*>pc, <double*>po, b_step, c_step)
         else:
             _multiply_add_loop[float](n, <const float*>pa, <const float*>pb,
-                                      <const float*>pc, <float*>po)
+                                      <const float*>pc, <float*>po, b_step, c_step)
     return out
 
 

@@ -666,10 +666,12 @@ def scale_rows(indptr, data, scale):
 
 def multiply_add(a, b, c):
     """``a * b + c`` for 1-d arrays of one length, rounded as numpy forms it (the
-    product first, no fused multiply-add).
+    product first, no fused multiply-add); ``b`` and ``c`` may also be numpy
+    scalars of ``a``'s dtype.
 
     A pending row factor ``(a, b)`` added to another (see
-    ``sparsegrad._jacobian._vector``) in one pass instead of two.
+    ``sparsegrad._jacobian._vector``), or a row factor times a number plus a
+    number (two terms of one matrix, ``s2 * d + s``), in one pass instead of two.
 
     Examples
     --------
