@@ -503,12 +503,14 @@ def add(terms):
     return result
 
 
-def _merge(J, index_dtype=None):
+def _merge(J, index_dtype=None, kept=False):
     """``indptr, indices, data`` of ``J`` as one canonical CSR (structural zeros kept).
 
     The terms of every block of a stacked Jacobian go to the kernel at their
     row offsets, so the whole matrix is written by one merge.  ``index_dtype``
-    (int64 when None) is the dtype of the returned index arrays.
+    (int64 when None) is the dtype of the returned index arrays; ``kept``:
+    they may be read-only arrays the seed's structure keeps (see
+    :func:`_merge_by_plan`), for a matrix that only sparsegrad reads.
     """
     seed = J.seed
     xp = seed.backend.xp
@@ -541,7 +543,7 @@ def _merge(J, index_dtype=None):
         parts.append((xp.zeros(1, dtype=INDEX_DTYPE), xp.zeros(0, dtype=INDEX_DTYPE), None,
                       None, 0))
     if MERGE_PLANS and seed.structure.shared and not seed.pattern_only and _all_float64(parts):
-        return _merge_by_plan(J, parts, index_dtype)
+        return _merge_by_plan(J, parts, index_dtype, kept)
     return seed.backend.kernels.merge_scaled(J.n_rows, seed.size, parts,
                                              pattern_only=seed.pattern_only,
                                              index_dtype=index_dtype)
@@ -561,27 +563,43 @@ def _all_float64(parts):
 def _pattern_key(J, index_dtype):
     """``(key, pieces)``: what the merged pattern of ``J`` depends on.
 
-    The terms' matrices by block (``pieces``, which an entry keyed by ``key``
-    must hold, so that their ``id`` cannot be reused while it lives) and the
-    row layout: merges keep structural zeros, so their pattern does not depend
-    on any value.
+    The terms' patterns by block and the row layout (merges keep structural
+    zeros, so their pattern does not depend on any value).  A pattern is
+    named by its read-only arrays (a selection's columns, a matrix's indptr
+    and indices), so that matrices of other values on one kept pattern (a
+    merge by a plan, :func:`_merge_by_plan`) share a key; ``pieces`` holds
+    the terms' matrices, which an entry keyed by ``key`` must hold, so that
+    the ids cannot be reused while it lives.
     """
     pieces = tuple((first, block.n_rows, tuple(M for _, _, M in block.terms))
                    for first, block in J.pieces())
     key = ("pattern", J.n_rows, J.seed.size, np.dtype(index_dtype or INDEX_DTYPE).str,
-           tuple((first, n, tuple(map(id, matrices))) for first, n, matrices in pieces))
+           tuple((first, n, tuple(map(_pattern_id, matrices)))
+                 for first, n, matrices in pieces))
     return key, pieces
 
 
-def _merge_by_plan(J, parts, index_dtype):
-    """``merge_scaled`` of the terms ``parts`` of ``J``, by a merge plan when an
-    earlier evaluation merged the same matrices.
+def _pattern_id(M):
+    """The ids of the arrays that make the pattern of ``M`` (None: the identity)."""
+    if M is None:
+        return None
+    if M.columns is not None:
+        return id(M.columns)
+    return (id(M.indptr), id(M.indices))
 
-    A repeated evaluation merges the same matrices with other row factors:
+
+def _merge_by_plan(J, parts, index_dtype, kept=False):
+    """``merge_scaled`` of the terms ``parts`` of ``J``, by a merge plan when an
+    earlier evaluation merged the same patterns.
+
+    A repeated evaluation merges the same patterns with other row factors:
     the seed's structure keeps the merged pattern and where each term's
     entries land in it (``kernels.merge_plan``), made at the second merge of
     one key, so that later merges only write values (``kernels.fill_scaled``,
     equal bit for bit to the merge's, on fresh copies of the pattern).
+    ``kept``: return the kept pattern's own (read-only) arrays instead, where
+    there are any: a merged matrix that Jacobians keep is then named by the
+    same arrays at every evaluation, and so are the merges it takes part in.
     """
     seed = J.seed
     kernels = seed.backend.kernels
@@ -590,33 +608,42 @@ def _merge_by_plan(J, parts, index_dtype):
     entry = _structure.recall(plans, key)
     _structure.looked_up(entry is not None)
     if entry is not None and entry[1] is not None:
-        return kernels.fill_scaled(*entry[1][:2], parts, entry[1][2])
+        indptr, indices, codes = entry[1]
+        merged = kernels.fill_scaled(indptr, indices, parts, codes)
+        return (indptr, indices, merged[2]) if kept else merged
     merged = kernels.merge_scaled(J.n_rows, seed.size, parts, index_dtype=index_dtype)
     if entry is None:
         # (a plan costs about a merge and 4-8 bytes per entry: made when a
-        # pattern comes back, not for a Jacobian computed once)
-        _structure.store(plans, key, (pieces, None), _MAX_PLANS)
+        # pattern comes back, not for a Jacobian computed once; the note holds
+        # nothing, and an id reused meanwhile only makes a plan early)
+        _structure.store(plans, key, (None, None), _MAX_PLANS)
+        return merged
+    nbytes = merged[0].nbytes + merged[1].nbytes + 8 * sum(len(part[1]) for part in parts)
+    if not seed.structure.has_room(nbytes):
+        # (kept, it would push the structure past its limit, which forgets
+        # everything: merging every time is cheaper than that)
         return merged
     indptr, indices = (_readonly(array.copy()) for array in merged[:2])
     codes = tuple(_readonly(c) for c in kernels.merge_plan(
         indptr, indices, [(part[0], part[1], part[4]) for part in parts]))
     _structure.store(plans, key, (pieces, (indptr, indices, codes)), _MAX_PLANS)
     seed.structure.keep(indptr, indices, *codes)
-    return merged
+    return (indptr, indices, merged[2]) if kept else merged
 
 
 def _merged(J, index_dtype=None):
     """All terms of ``J`` merged into one :class:`CSR`.
 
-    In sparsity mode the result depends only on the terms' matrices and the
+    In sparsity mode the result depends only on the terms' patterns and the
     row layout, so the seed's structure keeps it under those (the matrices held
     by the entry, so that their ``id`` cannot be reused while it lives): a
     repeated evaluation, whose matrices the structure has kept too, finds its
-    pattern instead of merging it again.
+    pattern instead of merging it again.  With values, a merge plan keeps the
+    pattern (:func:`_merge_by_plan`), whose arrays the matrix then shares.
     """
     seed = J.seed
     if not _keeps_patterns(seed):
-        return CSR(J.shape, *_merge(J, index_dtype))
+        return CSR(J.shape, *_merge(J, index_dtype, kept=True))
     key, pieces = _pattern_key(J, index_dtype)
     patterns = seed.structure.patterns
     hit = _structure.recall(patterns, key)

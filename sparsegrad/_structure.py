@@ -93,9 +93,9 @@ class Structure:
         merged CSR)`` by the matrices' ids and the row layout (see
         :func:`sparsegrad._jacobian._merged`).
     plans : dict
-        Merge plans of value mode, ``(the terms' matrices by block, None)`` for
-        a pattern merged once, ``(..., (indptr, indices, codes))`` from its
-        second merge on, under the same keys (see
+        Merge plans of value mode under the same keys: ``(None, None)`` for a
+        pattern merged once, ``(the terms' matrices by block, (indptr, indices,
+        codes))`` from its second merge on (see
         :func:`sparsegrad._jacobian._merge_by_plan`).
     shared : bool
         Kept between evaluations (False: one seed's own, as on devices).
@@ -123,6 +123,13 @@ class Structure:
                 if _held(exactly=True) > _state["limit"]:
                     _drop_all()
 
+    def has_room(self, nbytes):
+        """Whether ``nbytes`` more can be kept without passing the limit (the
+        running count first, an upper bound of what is held, then if need be
+        the exact count)."""
+        limit = _state["limit"] - nbytes
+        return self.shared and (_held() <= limit or _held(exactly=True) <= limit)
+
     def held_exactly(self):
         """The bytes of the arrays this structure holds, each array once.
 
@@ -143,8 +150,8 @@ class Structure:
             matrices.append(merged)
             matrices.extend(M for _, _, block in pieces for M in block if M is not None)
         for pieces, plan in list(self.plans.values()):
-            matrices.extend(M for _, _, block in pieces for M in block if M is not None)
             if plan is not None:
+                matrices.extend(M for _, _, block in pieces for M in block if M is not None)
                 arrays.extend(plan[:2])
                 arrays.extend(plan[2])
         while matrices:

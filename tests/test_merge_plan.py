@@ -535,12 +535,16 @@ def test_repeated_evaluation_filled_by_a_plan(fresh_structure_cache, monkeypatch
     monkeypatch.setattr(_fast.kernels, "fill_scaled", counting_fill)
     rng = np.random.default_rng(7)
     points = [rng.uniform(-1, 1, N) for _ in range(4)]
-    jacobians, held = [], []
+    jacobians, held, filled = [], [], []
     for x in points:
         jacobians.append(_jacobian(x))
         held.append(sparsegrad.structure_cache_info().held_bytes)
-    assert len(fills) == 2             # the third and fourth evaluations, by the plan
-    assert held[2] > held[0]           # the plan (pattern and codes) is kept
+        filled.append(len(fills))
+    # two merges: the stacked concatenation's, needed by the sum, planned at
+    # the second evaluation, and the final one, whose key holds the first's
+    # kept pattern from then on: planned at the third, both filled at the fourth
+    assert filled == [0, 0, 1, 3]
+    assert held[2] > held[1] > held[0]  # (the plans: patterns and codes)
     for J1, J2 in zip(jacobians, jacobians[1:]):
         for name in ("indptr", "indices", "data"):
             a, b = getattr(J1, name), getattr(J2, name)
@@ -551,7 +555,7 @@ def test_repeated_evaluation_filled_by_a_plan(fresh_structure_cache, monkeypatch
     J2.indices[:] = N - 1
     J2.data[:] = np.nan
     again = [_jacobian(x) for x in points[1:3]]
-    assert len(fills) == 4
+    assert len(fills) == 7
     # (a zero limit empties the cache: the uncached evaluations come last)
     for x, J in zip(points + points[1:3], jacobians + again):
         expected = _uncached_jacobian(x)
@@ -560,4 +564,41 @@ def test_repeated_evaluation_filled_by_a_plan(fresh_structure_cache, monkeypatch
                 _assert_identical(getattr(J, name), getattr(expected, name))
         numerical = numerical_jacobian(_residual, x, method="central")
         np.testing.assert_allclose(expected.toarray(), numerical, rtol=1e-6, atol=1e-8)
-    assert len(fills) == 4             # (no plan with the cache off)
+    assert len(fills) == 7             # (no plan with the cache off)
+
+
+def test_no_plan_that_would_pass_the_cache_limit(fresh_structure_cache, monkeypatch):
+    # a limit that holds the structure of the evaluation but not its plan: the
+    # merges go on merging, and the structure is not forgotten (a plan kept
+    # past the limit would empty the cache at every other evaluation)
+    from sparsegrad import _fast
+    fills = []
+    original = _fast.kernels.fill_scaled
+    monkeypatch.setattr(_fast.kernels, "fill_scaled",
+                        lambda *args: fills.append(1) or original(*args))
+    x0 = np.linspace(-1, 1, N)
+    _jacobian(x0)                      # (its merge only noted)
+    plain = sparsegrad.structure_cache_info().held_bytes
+    _jacobian(x0)                      # (its merge planned)
+    assert sparsegrad.structure_cache_info().held_bytes > plain + 16
+    limit = sparsegrad.structure_cache_limit()
+    try:
+        sparsegrad.clear_structure_cache()
+        sparsegrad.structure_cache_limit(plain + 16)
+        fills.clear()
+        for k in range(5):
+            before = sparsegrad.structure_cache_info()
+            J = _jacobian(x0 + 0.1 * k)
+            after = sparsegrad.structure_cache_info()
+            # (nothing forgotten: the slices and index arrays found every time)
+            assert after.held_bytes <= plain + 16
+            assert k == 0 or after.hits - before.hits >= 7
+            np.testing.assert_allclose(J.toarray(), _jacobian_by_differences(x0 + 0.1 * k),
+                                       rtol=1e-6, atol=1e-8)
+        assert fills == [] and after.held_bytes <= plain + 16
+    finally:
+        sparsegrad.structure_cache_limit(limit)
+
+
+def _jacobian_by_differences(x):
+    return numerical_jacobian(_residual, x)
