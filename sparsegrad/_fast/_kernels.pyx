@@ -3006,14 +3006,19 @@ ctypedef fused code_t:
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _plan_term(code_t* codes, const int64_t* out_indptr, const int64_t* out_indices,
+cdef int64_t _plan_term(code_t* codes, const oindex_t* out_indptr, const oindex_t* out_indices,
                         const int64_t* ip, const int64_t* ix, int64_t m, int64_t first,
-                        int32_t* marker, int32_t tag) noexcept nogil:
+                        uint8_t* placed) noexcept nogil:
     """Codes of one term of :func:`merge_plan` (``ip`` NULL: a selection by its
-    columns ``ix``); ``marker[p]`` is the tag of the last term placed at ``p``
-    (0: none).  Returns -1, or the first entry outside the pattern or at a
-    place this term already holds."""
-    cdef int64_t r, e, e0, e1, lo, hi, a, b, mid, c
+    columns ``ix``); ``placed`` has a bit per place, set once a term's entry
+    is placed there.  Returns -1, or the first entry outside the pattern or
+    not after the previous entry of its row (a column twice in a row).
+
+    An entry is looked for first where the last row's first entry was, or
+    just after the row's previous entry (a stencil's term keeps its place in
+    the rows), then by a binary search of its merged row."""
+    cdef int64_t r, e, e0, e1, lo, hi, a, b, mid, c, rank = 0, previous
+    cdef uint8_t bit
     for r in range(m):
         lo = out_indptr[first + r]
         hi = out_indptr[first + r + 1]
@@ -3023,52 +3028,81 @@ cdef int64_t _plan_term(code_t* codes, const int64_t* out_indptr, const int64_t*
         else:
             e0 = ip[r]
             e1 = ip[r + 1]
+        a = lo + rank
+        previous = -1
         for e in range(e0, e1):
             c = ix[e]
             if ip == NULL and c == -1:
                 codes[e] = -1
                 continue
-            a = lo
-            b = hi
-            while a < b:  # (rows are short: a binary search of the merged row)
-                mid = (a + b) >> 1
-                if out_indices[mid] < c:
-                    a = mid + 1
-                else:
-                    b = mid
-            if a >= hi or out_indices[a] != c or marker[a] == tag:
+            if c <= previous:  # (canonical rows: each place once per term)
                 return e
-            codes[e] = <code_t>(2 * a + (marker[a] != 0))
-            marker[a] = tag
+            previous = c
+            if not (a < hi and out_indices[a] == c):
+                a = lo
+                b = hi
+                while a < b:
+                    mid = (a + b) >> 1
+                    if out_indices[mid] < c:
+                        a = mid + 1
+                    else:
+                        b = mid
+                if a >= hi or out_indices[a] != c:
+                    return e
+            if e == e0:
+                rank = a - lo
+            bit = <uint8_t>(1 << (a & 7))
+            codes[e] = <code_t>(2 * a + ((placed[a >> 3] & bit) != 0))
+            placed[a >> 3] |= bit
+            a += 1
     return -1
+
+
+cdef int64_t _plan_kind(void* codes, bint wide, void* out_indptr, void* out_indices,
+                        bint int32, const int64_t* ip, const int64_t* ix, int64_t m,
+                        int64_t first, uint8_t* placed) noexcept nogil:
+    """:func:`_plan_term` for the dtypes of the codes and of the merged pattern."""
+    if int32:
+        if wide:
+            return _plan_term(<int64_t*>codes, <const int32_t*>out_indptr,
+                              <const int32_t*>out_indices, ip, ix, m, first, placed)
+        return _plan_term(<int32_t*>codes, <const int32_t*>out_indptr,
+                          <const int32_t*>out_indices, ip, ix, m, first, placed)
+    if wide:
+        return _plan_term(<int64_t*>codes, <const int64_t*>out_indptr,
+                          <const int64_t*>out_indices, ip, ix, m, first, placed)
+    return _plan_term(<int32_t*>codes, <const int64_t*>out_indptr,
+                      <const int64_t*>out_indices, ip, ix, m, first, placed)
 
 
 def merge_plan(indptr, indices, terms):
     """Where each entry of merge_scaled's terms lands in its result.
 
     Contract of :func:`sparsegrad._fast._reference.merge_plan`; one pass over
-    the terms' entries, each found by a binary search of its merged row.
+    the terms' entries, each found by a binary search of its merged row (a
+    merged pattern of int32 or int64 read as it is).
     """
-    out_indptr = np.ascontiguousarray(indptr, dtype=INDEX_DTYPE)
-    out_indices = np.ascontiguousarray(indices, dtype=INDEX_DTYPE)
-    if out_indptr.ndim != 1 or out_indices.ndim != 1:
-        raise ValueError("merge_plan: indptr and indices must be 1-d")
-    cdef int64_t n_rows = out_indptr.shape[0] - 1, nnz = out_indices.shape[0]
-    if n_rows < 0:
-        raise ValueError("merge_plan: indptr must run from 0 to len(indices)")
-    _check_indptr(out_indptr, n_rows, nnz, "merge_plan")
     terms = list(terms)
-    if len(terms) >= 2 ** 31 - 1:
-        raise ValueError("merge_plan: too many terms")
+    if not (type(indptr) is np.ndarray and type(indices) is np.ndarray
+            and indptr.ndim == 1 and indices.ndim == 1 and indptr.shape[0] >= 1
+            and indptr.dtype == indices.dtype
+            and indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+            and indptr.flags.c_contiguous and indices.flags.c_contiguous):
+        return _reference.merge_plan(indptr, indices, terms)
+    cdef int64_t n_rows = indptr.shape[0] - 1, nnz = indices.shape[0]
+    cdef bint int32 = indptr.dtype == np.int32
+    if int(indptr[0]) != 0 or int(indptr[n_rows]) != nnz \
+            or (n_rows and not bool((indptr[1:] >= indptr[:-1]).all())):
+        raise ValueError("merge_plan: indptr must run from 0 to len(indices) "
+                         "without decreasing")
     code_dtype = _reference._plan_code_dtype(nnz)
-    marker = np.zeros(nnz, dtype=np.int32)
-    cdef int32_t* mk = <int32_t*>_ptr(marker)
-    cdef const int64_t* oip = <const int64_t*>_ptr(out_indptr)
-    cdef const int64_t* oix = <const int64_t*>_ptr(out_indices)
+    placed = np.zeros(nnz // 8 + 1, dtype=np.uint8)
+    cdef uint8_t* pl = <uint8_t*>_ptr(placed)
+    cdef void* oip = _ptr(indptr)
+    cdef void* oix = _ptr(indices)
     cdef const int64_t* ip
     cdef const int64_t* ix
     cdef int64_t m, first, bad
-    cdef int32_t tag
     cdef void* cp
     cdef bint wide = code_dtype == INDEX_DTYPE
     plan = []
@@ -3092,12 +3126,8 @@ def merge_plan(indptr, indices, terms):
         ip = <const int64_t*>_ptr(term_indptr)
         ix = <const int64_t*>_ptr(term_indices)
         cp = _ptr(codes)
-        tag = k + 1
         with nogil:
-            if wide:
-                bad = _plan_term(<int64_t*>cp, oip, oix, ip, ix, m, first, mk, tag)
-            else:
-                bad = _plan_term(<int32_t*>cp, oip, oix, ip, ix, m, first, mk, tag)
+            bad = _plan_kind(cp, wide, oip, oix, int32, ip, ix, m, first, pl)
         if bad >= 0:
             return _reference.merge_plan(indptr, indices, terms)  # (raises, naming it)
         plan.append(codes)
