@@ -367,8 +367,9 @@ def report(results, checks, out=print):
     structure = sparsegrad.structure_cache_info()
     if structure.enabled:
         out("note: repeated evaluations find their structure (selections, index copies, "
-            "row numbers of moves) in sparsegrad's structure cache: %d hits, %d misses "
-            "(emptied before each first evaluation), %d MiB held now (docs/solving.md, "
+            "row numbers of moves, merge plans) in sparsegrad's structure cache: %d hits, "
+            "%d misses (emptied before each first evaluation), %d MiB held now "
+            "(docs/solving.md, "
             "Repeated evaluation)" % (structure.hits, structure.misses,
                                       structure.held_bytes // 2 ** 20))
     out("note: merges ran in up to %d thread(s) (sparsegrad.set_num_threads, --threads); "
