@@ -18,31 +18,13 @@ import sparsegrad
 from sparsegrad import forward
 from sparsegrad._fast import _reference
 from sparsegrad.testing import numerical_jacobian
-from test_kernels import I64, _compiled_module, _restore, _threaded, call, random_csr
+# (the kernel fixtures of test_kernels: the reference, and the compiled module in
+# one thread and with every merge and fill split in three)
+from test_kernels import (I64, _compiled_module, _restore, _threaded, call,  # noqa: F401
+                          compiled, kernels, random_csr)
 
 FORMS = (4, 5, 6)
 DTYPES = ["float64", "float32", "complex128", "mixed"]
-
-
-@pytest.fixture(params=["reference", "compiled", "compiled, 3 threads"])
-def kernels(request):
-    """The kernel module under test (compiled: also with every fill split in threads)."""
-    if request.param == "reference":
-        yield _reference
-        return
-    module = _compiled_module()
-    threads = module.get_threads()
-    yield _threaded(module, 3 if "threads" in request.param else 1)
-    _restore(module, threads)
-
-
-@pytest.fixture(params=["1 thread", "3 threads"])
-def compiled(request):
-    """The compiled kernel module, in one thread and with every fill split in three."""
-    module = _compiled_module()
-    threads = module.get_threads()
-    yield _threaded(module, 3 if request.param == "3 threads" else 1)
-    _restore(module, threads)
 
 
 # ---------------------------------------------------------------------------

@@ -2048,22 +2048,36 @@ cdef int64_t _merge_kind(MergePart* p, oindex_t* out_indptr,
                        <complex128_t*>p.out_data, p.start)
 
 
-cdef void _run_part(MergePart* p) noexcept nogil:
+cdef void _run_part(void* part) noexcept nogil:
+    """Merge one :c:type:`MergePart`."""
+    cdef MergePart* p = <MergePart*>part
     if p.int32:
         p.end = _merge_kind(p, <int32_t*>p.out_indptr, <int32_t*>p.out_indices)
     else:
         p.end = _merge_kind(p, <int64_t*>p.out_indptr, <int64_t*>p.out_indices)
 
 
+ctypedef void (*part_function)(void*) noexcept nogil
+
+
 cdef class _PartRunner:
-    """Runs one :c:type:`MergePart` without the GIL: the callable handed to a
-    worker thread (the part's memory belongs to the caller of merge_scaled,
-    which waits for it)."""
-    cdef MergePart* part
+    """Runs one part of a kernel split by rows (a :c:type:`MergePart` by
+    ``_run_part``, a :c:type:`FillPart` by ``_fill_part``) without the GIL: the
+    callable handed to a worker thread (the part's memory belongs to the
+    kernel's caller, which waits for it)."""
+    cdef void* part
+    cdef part_function run
+
+    @staticmethod
+    cdef _PartRunner of(part_function run, void* part):
+        cdef _PartRunner runner = _PartRunner()
+        runner.run = run
+        runner.part = part
+        return runner
 
     def __call__(self):
         with nogil:
-            _run_part(self.part)
+            self.run(self.part)
 
 
 # worker threads of merge_scaled: a merge of at least PARALLEL_ENTRIES
@@ -2121,6 +2135,19 @@ def _submit(runner):
         _executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=8, thread_name_prefix="sparsegrad-merge")
     return _executor.submit(runner)
+
+
+def _run_in_threads(runners):
+    """Call ``runners[1:]`` in worker threads and ``runners[0]`` in this one (each
+    releases the GIL itself), and wait for all of them, whatever happens: they
+    write into memory that the caller frees once this returns."""
+    futures = []
+    try:
+        for runner in runners[1:]:
+            futures.append(_submit(runner))
+        runners[0]()
+    finally:
+        _wait_all(futures)
 
 
 def _init_threads():
@@ -2371,7 +2398,6 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     cdef Term* ts = <Term*>malloc(slots * sizeof(Term))
     cdef MergePart* parts = <MergePart*>calloc(n_parts, sizeof(MergePart))
     cdef MergePart* p
-    cdef _PartRunner runner
     cdef void* od = _ptr(out_data)
     cdef char* oix = <char*>_ptr(out_indices)
     cdef char* odc = <char*>od
@@ -2379,7 +2405,6 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
     cdef size_t dsize = out_dtype.itemsize if values else 0
     cdef int32_t* oip32 = <int32_t*>_ptr(out_indptr)
     cdef int64_t* oip64 = <int64_t*>_ptr(out_indptr)
-    futures = []
     try:
         if ts == NULL or parts == NULL:
             raise MemoryError()
@@ -2437,14 +2462,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
             oip32[0] = 0
         else:
             oip64[0] = 0
-        for q in range(1, n_parts):
-            runner = _PartRunner()
-            runner.part = &parts[q]
-            futures.append(_submit(runner))
-        with nogil:
-            _run_part(&parts[0])
-        _wait_all(futures)
-        futures = []
+        _run_in_threads([_PartRunner.of(_run_part, &parts[q]) for q in range(n_parts)])
         # the parts, one after the other: close the gaps their bounds left
         nnz = parts[0].end
         for q in range(1, n_parts):
@@ -2469,7 +2487,7 @@ def merge_scaled(n_rows, n_cols, terms, pattern_only=False, index_dtype=None):
                         oip64[r] -= shift
             nnz += p.end - p.start
     finally:
-        _wait_all(futures)  # (only after an error: never free what a thread uses)
+        # (the parts' threads are done: _run_in_threads waited for them)
         if parts != NULL:
             for q in range(n_parts):
                 free(parts[q].active)
@@ -3157,6 +3175,15 @@ cdef struct FillPart:
     size_t index_size
 
 
+cdef inline int64_t _put(double* out, int64_t code, double v) noexcept nogil:
+    """Store ``v`` at the place of a plan's ``code`` (1), or add it there (0)."""
+    if code & 1:
+        out[code >> 1] = out[code >> 1] + v
+        return 0
+    out[code >> 1] = v
+    return 1
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int64_t _fill_loop(formula_t* tag, const code_t* codes, const int64_t* ip,
@@ -3168,7 +3195,6 @@ cdef int64_t _fill_loop(formula_t* tag, const code_t* codes, const int64_t* ip,
     for a code that is invalid or points outside ``[lo, hi)``."""
     cdef int64_t r, e, e1, c, place, stores = 0
     cdef uint64_t width = <uint64_t>(hi - lo)
-    cdef double v
     if ip == NULL:
         for r in range(a, b):
             c = codes[r]
@@ -3179,12 +3205,7 @@ cdef int64_t _fill_loop(formula_t* tag, const code_t* codes, const int64_t* ip,
             place = c >> 1
             if <uint64_t>(place - lo) >= width:
                 return -1
-            v = _formula_value(tag, dp, sp, r, r, step, s2p, fac)
-            if c & 1:
-                out[place] = out[place] + v
-            else:
-                out[place] = v
-                stores += 1
+            stores += _put(out, c, _formula_value(tag, dp, sp, r, r, step, s2p, fac))
         return stores
     for r in range(a, b):
         e1 = ip[r + 1]
@@ -3193,12 +3214,7 @@ cdef int64_t _fill_loop(formula_t* tag, const code_t* codes, const int64_t* ip,
             place = c >> 1
             if c < 0 or <uint64_t>(place - lo) >= width:
                 return -1
-            v = _formula_value(tag, dp, sp, e, r, step, s2p, fac)
-            if c & 1:
-                out[place] = out[place] + v
-            else:
-                out[place] = v
-                stores += 1
+            stores += _put(out, c, _formula_value(tag, dp, sp, e, r, step, s2p, fac))
     return stores
 
 
@@ -3227,11 +3243,12 @@ cdef enum:
     FILL_BLOCK = 1024         # rows of the result filled by every term in turn
 
 
-cdef void _fill_part(FillPart* p) noexcept nogil:
-    """Rows ``p.r0 .. p.r1 - 1``, a block of rows at a time, each block by the
-    terms in order (so a place's values are summed in the order of the terms,
-    while the block's part of ``out`` stays in cache); first the part's share
-    of the pattern's copies."""
+cdef void _fill_part(void* part) noexcept nogil:
+    """Rows ``p.r0 .. p.r1 - 1`` of a :c:type:`FillPart`, a block of rows at a
+    time, each block by the terms in order (so a place's values are summed in
+    the order of the terms, while the block's part of ``out`` stays in cache);
+    first the part's share of the pattern's copies."""
+    cdef FillPart* p = <FillPart*>part
     cdef int64_t b0 = p.r0, b1, a, b, got, stores = 0
     cdef Py_ssize_t k
     cdef const FillTerm* ft
@@ -3257,16 +3274,6 @@ cdef void _fill_part(FillPart* p) noexcept nogil:
             stores += got
         b0 = b1
     p.stores = stores
-
-
-cdef class _FillRunner:
-    """Runs one :c:type:`FillPart` without the GIL in a worker thread (its memory
-    belongs to the caller of fill_scaled, which waits for it)."""
-    cdef FillPart* part
-
-    def __call__(self):
-        with nogil:
-            _fill_part(self.part)
 
 
 cdef object _fill_term(object term, object codes, int64_t nr):
@@ -3363,9 +3370,7 @@ def fill_scaled(indptr, indices, terms, plan):
     out = np.empty(nnz, dtype=np.float64)
     cdef FillTerm* ts = <FillTerm*>calloc(n_terms if n_terms else 1, sizeof(FillTerm))
     cdef FillPart* parts = <FillPart*>calloc(n_parts, sizeof(FillPart))
-    cdef _FillRunner runner
     cdef int64_t stores = 0
-    futures = []
     try:
         if ts == NULL or parts == NULL:
             raise MemoryError()
@@ -3396,21 +3401,14 @@ def fill_scaled(indptr, indices, terms, plan):
             parts[q].indices_in = <const char*>_ptr(indices)
             parts[q].indices_out = <char*>_ptr(out_indices)
             parts[q].index_size = indptr.itemsize
-        for q in range(1, n_parts):
-            runner = _FillRunner()
-            runner.part = &parts[q]
-            futures.append(_submit(runner))
-        with nogil:
-            _fill_part(&parts[0])
-        _wait_all(futures)
-        futures = []
+        _run_in_threads([_PartRunner.of(_fill_part, &parts[q]) for q in range(n_parts)])
         for q in range(n_parts):
             if parts[q].stores < 0:
                 # (the reference's result, or its error naming what is wrong)
                 return _reference.fill_scaled(indptr, indices, terms, plan)
             stores += parts[q].stores
     finally:
-        _wait_all(futures)  # (only after an error: never free what a thread uses)
+        # (the parts' threads are done: _run_in_threads waited for them)
         free(ts)
         free(parts)
     if stores != nnz:
