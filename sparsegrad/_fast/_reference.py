@@ -414,8 +414,8 @@ def merge_plan(indptr, indices, terms):
     Parameters
     ----------
     indptr, indices : int arrays
-        The merged pattern: what ``merge_scaled`` returned for these terms
-        (int32 or int64).
+        The merged pattern, canonical: what ``merge_scaled`` returned for these
+        terms (int32 or int64).
     terms : sequence of (indptr, indices, first_row)
         The terms' patterns and first rows, as given to ``merge_scaled``;
         ``indptr`` None: a selection by its columns (``-1``: an empty row).
@@ -436,6 +436,7 @@ def merge_plan(indptr, indices, terms):
     >>> merge_plan(np.array([0, 1, 2]), np.array([1, 0]), terms)
     [array([ 0, -1], dtype=int32), array([1, 2], dtype=int32)]
     """
+    terms = list(terms)
     xp = _namespace(indptr, indices, *(a for term in terms for a in term[:2]))
     indptr = _as_index(xp, indptr, "merge_plan indptr")
     indices = _as_index(xp, indices, "merge_plan indices")
