@@ -430,3 +430,24 @@ def test_random_program_with_pending_products_equals_eager_products(program):
     assert got.indptr.tolist() == expected.indptr.tolist()
     assert got.indices.tolist() == expected.indices.tolist()
     assert_array_equal(got.data, expected.data)
+
+
+@settings(**SETTINGS)
+@given(programs(), st.integers(0, 2 ** 32 - 1))
+def test_random_program_repeated_by_merge_plans_equals_merges(program, seed):
+    """A program evaluated four times at other points: from the third evaluation
+    on its merges go by the plans kept in the structure cache
+    (sparsegrad._jacobian._merge_by_plan), bit for bit the Jacobians of merges."""
+    from sparsegrad import _jacobian
+    rng = np.random.default_rng(seed)
+    points = [program.x0 + 0.1 * rng.standard_normal(program.x0.shape) for _ in range(4)]
+    got = [sp.csr_matrix(program(forward.seed(x)).dvalue) for x in points]
+    _jacobian.MERGE_PLANS = False
+    try:
+        expected = [sp.csr_matrix(program(forward.seed(x)).dvalue) for x in points]
+    finally:
+        _jacobian.MERGE_PLANS = True
+    for g, e in zip(got, expected):
+        assert g.indptr.tolist() == e.indptr.tolist()
+        assert g.indices.tolist() == e.indices.tolist()
+        assert_array_equal(g.data, e.data)
