@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import sparsegrad
-from sparsegrad import forward
+from sparsegrad import _jacobian as jacobian_rules, forward
 from sparsegrad._fast import _reference
 from sparsegrad.testing import numerical_jacobian
 # (the kernel fixtures of test_kernels: the reference, and the compiled module in
@@ -584,3 +584,35 @@ def test_no_plan_that_would_pass_the_cache_limit(fresh_structure_cache, monkeypa
 
 def _jacobian_by_differences(x):
     return numerical_jacobian(_residual, x)
+
+
+def test_a_changed_branch_or_index_array_never_meets_a_stale_plan(fresh_structure_cache):
+    # plans in use (four evaluations), then the program takes the other branch,
+    # then an index array is written in place: each Jacobian equals the one
+    # computed with the cache off, and the first path's plan still serves it
+    east = np.roll(np.arange(N), -1)
+
+    def residual(x):
+        if np.real(forward.nvalue(x)[0]) > 0:
+            return x[east] * x - np.exp(x)
+        return x[east] ** 2 + np.concatenate([x[1:], x[:1]]) * x
+
+    up, down = np.linspace(0.5, 1.5, N), np.linspace(-1.5, -0.5, N)
+    for x in [up] * 4 + [down, up, down]:
+        _assert_same_merge_as_uncached(residual, x)
+    east[:] = np.roll(np.arange(N), 2)
+    for x in [up, down, up, up]:
+        _assert_same_merge_as_uncached(residual, x)
+
+
+def _assert_same_merge_as_uncached(residual, x):
+    got = residual(forward.seed(x)).dvalue
+    jacobian_rules.MERGE_PLANS = False
+    try:
+        expected = residual(forward.seed(x)).dvalue
+    finally:
+        jacobian_rules.MERGE_PLANS = True
+    for name in ("indptr", "indices", "data"):
+        _assert_identical(getattr(got, name), getattr(expected, name))
+    np.testing.assert_allclose(got.toarray(), numerical_jacobian(residual, x), rtol=1e-6,
+                               atol=1e-8)
