@@ -664,8 +664,10 @@ def _keeps_patterns(seed):
 #: merged patterns a seed's structure keeps (sparsity mode, see _merged)
 _MAX_PATTERNS = 16
 
-#: merge plans a seed's structure keeps (values, see _merge_by_plan)
-_MAX_PLANS = 16
+#: merge plans (and notes of patterns merged once) a seed's structure keeps
+#: (values, see _merge_by_plan): a residual's merges of one evaluation (the
+#: final one and those that products with matrices need) all fit
+_MAX_PLANS = 64
 
 _MAX_SELECTIONS = 256
 _MAX_GATHERS = 8
