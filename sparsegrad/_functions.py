@@ -27,6 +27,7 @@ array([[1., 1., 0., 0.],
 import math
 import numbers
 import string
+import weakref
 
 import numpy as np
 import scipy.sparse
@@ -677,7 +678,7 @@ def _sparse_product(matrix, x, matrix_first):
     if matrix_first:
         result = matrix @ xv
         if xv.ndim == 1:
-            L = jac.CSR.from_scipy(matrix)
+            L = _constant_matrix(x._jacobian.seed, matrix)
         else:
             # (format="csr": the default BSR would store the zeros of each
             # identity block, entries no element depends on)
@@ -693,6 +694,44 @@ def _sparse_product(matrix, x, matrix_first):
     if isinstance(result, np.matrix):
         result = np.asarray(result)
     return make(_backend.asarray(result), jac.left_multiply(L, x._jacobian))
+
+
+def _constant_matrix(seed, matrix):
+    """``CSR.from_scipy(matrix)``, kept in the seed's structure between evaluations.
+
+    A canonical CSR matrix (the usual operator: a Laplacian, a mass matrix) is
+    kept under its ``id`` with a weak reference, and found again only while it
+    is the same object with the same shape and the same arrays' contents
+    (compared on every read: its data or pattern may be written between two
+    evaluations).  Its kept CSR names the products' patterns alike at every
+    evaluation (:func:`sparsegrad._jacobian._kept_product`).
+    """
+    structure = seed.structure
+    if not (structure.shared and matrix.format == "csr"):
+        return jac.CSR.from_scipy(matrix)
+    key = ("matrix", id(matrix))
+    hit = _structure.recall(structure.matrices, key)
+    found = hit is not None and hit[0]() is matrix and _same_csr(matrix, hit[1])
+    _structure.looked_up(found)
+    if found:
+        return hit[1]
+    L = jac.CSR.from_scipy(matrix)
+    if matrix.has_canonical_format:  # (then its arrays are L's, to compare later)
+        _structure.store(structure.matrices, key, (weakref.ref(matrix), L), _MAX_MATRICES)
+        structure.keep(*L.arrays())
+    return L
+
+
+#: constant matrices of products a seed's structure keeps (see _constant_matrix)
+_MAX_MATRICES = 16
+
+
+def _same_csr(matrix, L):
+    """The scipy CSR ``matrix`` holds what :class:`CSR` ``L`` was made of."""
+    return (matrix.shape == L.shape and matrix.data.dtype == L.data.dtype
+            and np.array_equal(matrix.indptr, L.indptr)
+            and np.array_equal(matrix.indices, L.indices)
+            and np.array_equal(matrix.data, L.data))
 
 
 def _with_sparse(a, b):

@@ -580,12 +580,18 @@ def _pattern_key(J, index_dtype):
 
 
 def _pattern_id(M):
-    """The ids of the arrays that make the pattern of ``M`` (None: the identity)."""
+    """The ids of the arrays that make the pattern of ``M`` (``()``: the identity)."""
+    return tuple(map(id, _pattern_arrays(M)))
+
+
+def _pattern_arrays(M):
+    """The read-only arrays that make the pattern of ``M``: a selection's columns,
+    a matrix's indptr and indices, none for the identity (``None``)."""
     if M is None:
-        return None
+        return ()
     if M.columns is not None:
-        return id(M.columns)
-    return (id(M.indptr), id(M.indices))
+        return (M.columns,)
+    return (M.indptr, M.indices)
 
 
 def _merge_by_plan(J, parts, index_dtype, kept=False):
@@ -663,6 +669,10 @@ def _keeps_patterns(seed):
 
 #: merged patterns a seed's structure keeps (sparsity mode, see _merged)
 _MAX_PATTERNS = 16
+
+#: product patterns (and notes of products made once) a seed's structure keeps
+#: (see _kept_product)
+_MAX_PRODUCTS = 64
 
 #: merge plans (and notes of patterns merged once) a seed's structure keeps
 #: (values, see _merge_by_plan): a residual's merges of one evaluation (the
@@ -928,7 +938,38 @@ def left_multiply(A, J):
     indptr, indices, data = seed.backend.kernels.matmul(
         A.indptr, A.indices, a_data, M.indptr, M.indices, M.data, seed.size,
         pattern_only=seed.pattern_only)
+    indptr, indices = _kept_product(seed, A, M, indptr, indices)
     return Jacobian(seed, n_out, matrix=CSR((n_out, seed.size), indptr, indices, data))
+
+
+def _kept_product(seed, A, M, indptr, indices):
+    """The pattern ``indptr, indices`` of ``A @ M``, as the arrays an earlier
+    evaluation kept for the same patterns of ``A`` and ``M``.
+
+    The product's pattern depends only on theirs (structural, no cancellation),
+    so a repeated evaluation hands out the kept arrays in place of its fresh
+    equal ones: the product is then named alike at every evaluation, and the
+    merges it takes part in find their plans (:func:`_merge_by_plan`).  Kept
+    from the second product of one key on (the first only notes it); the
+    entry holds the arrays that name ``A`` and ``M``, so that their ids are
+    not reused while it lives.
+    """
+    structure = seed.structure
+    if not structure.shared:
+        return indptr, indices
+    held = _pattern_arrays(A) + _pattern_arrays(M)
+    key = ("product", A.shape, M.shape) + tuple(map(id, held))
+    entry = _structure.recall(structure.products, key)
+    _structure.looked_up(entry is not None)
+    if entry is not None and entry[1] is not None:
+        return entry[1]
+    if entry is None:
+        _structure.store(structure.products, key, (None, None), _MAX_PRODUCTS)
+        return indptr, indices
+    kept = (_readonly(indptr), _readonly(indices))
+    _structure.store(structure.products, key, (held, kept), _MAX_PRODUCTS)
+    structure.keep(*kept)
+    return kept
 
 
 def materialize(J):

@@ -97,12 +97,22 @@ class Structure:
         pattern merged once, ``(the terms' matrices by block, (indptr, indices,
         codes))`` from its second merge on (see
         :func:`sparsegrad._jacobian._merge_by_plan`).
+    matrices : dict
+        ``(weak reference to a scipy matrix, its CSR)`` by the matrix's id: the
+        constant matrices of products ``A @ x`` (see
+        :func:`sparsegrad._functions._constant_matrix`), compared with the
+        matrix on every read.
+    products : dict
+        Patterns of products of a constant matrix and a Jacobian's matrix,
+        ``(the arrays naming both patterns, (indptr, indices))`` by their ids
+        (``(None, None)`` for a product made once; see
+        :func:`sparsegrad._jacobian._kept_product`).
     shared : bool
         Kept between evaluations (False: one seed's own, as on devices).
     """
 
-    __slots__ = ("selections", "index_rows", "moves", "patterns", "plans", "shared",
-                 "nbytes")
+    __slots__ = ("selections", "index_rows", "moves", "patterns", "plans", "matrices",
+                 "products", "shared", "nbytes")
 
     def __init__(self, shared):
         self.selections = {}
@@ -110,6 +120,8 @@ class Structure:
         self.moves = {}
         self.patterns = {}
         self.plans = {}
+        self.matrices = {}
+        self.products = {}
         self.shared = shared
         self.nbytes = 0
 
@@ -154,6 +166,10 @@ class Structure:
                 matrices.extend(M for _, _, block in pieces for M in block if M is not None)
                 arrays.extend(plan[:2])
                 arrays.extend(plan[2])
+        matrices.extend(matrix for _, matrix in list(self.matrices.values()))
+        for held, kept in list(self.products.values()):
+            if kept is not None:
+                arrays.extend(held + kept)
         while matrices:
             matrix = matrices.pop()
             if id(matrix) in seen:

@@ -616,3 +616,65 @@ def _assert_same_merge_as_uncached(residual, x):
         _assert_identical(getattr(got, name), getattr(expected, name))
     np.testing.assert_allclose(got.toarray(), numerical_jacobian(residual, x), rtol=1e-6,
                                atol=1e-8)
+
+
+# ---------------------------------------------------------------------------
+# products with constant scipy matrices: kept matrices and product patterns
+# ---------------------------------------------------------------------------
+
+def _laplacian(n, fmt="csr"):
+    import scipy.sparse
+    return scipy.sparse.diags([np.ones(n - 1), -2.0 * np.ones(n), np.ones(n - 1)],
+                              [-1, 0, 1], format=fmt)
+
+
+def _operator_residual(L):
+    east = np.roll(np.arange(N), -1)
+    return lambda u: L @ (u ** 2) + L @ u[east] + u * u[east]
+
+
+def test_products_with_a_kept_matrix_go_by_plans(fresh_structure_cache, monkeypatch):
+    # the constant matrix and the product patterns are kept, so the final merge
+    # is named alike at every evaluation and goes by a plan from the fourth on
+    from sparsegrad import _fast
+    fills = []
+    original = _fast.kernels.fill_scaled
+    monkeypatch.setattr(_fast.kernels, "fill_scaled",
+                        lambda *args: fills.append(1) or original(*args))
+    residual = _operator_residual(_laplacian(N))
+    counts = []
+    for k in range(5):
+        x = np.linspace(0.0, 1.0, N) + k
+        _assert_same_merge_as_uncached(residual, x)
+        counts.append(len(fills))
+    assert counts[2] == 0 and counts[-1] > counts[-2] > counts[2]
+
+
+@pytest.mark.parametrize("change", ["data", "pattern", "new matrix", "duplicates", "csc"])
+def test_a_constant_matrix_written_or_replaced_is_read_again(fresh_structure_cache, change):
+    # written in place (values or pattern), replaced by another matrix (which
+    # may reuse the id), not canonical or not CSR: each Jacobian is the one of
+    # the matrix as it is at the call
+    import scipy.sparse
+    L = _laplacian(N)
+    residual = _operator_residual(L)
+    x = np.linspace(0.0, 1.0, N)
+    for _ in range(4):
+        _assert_same_merge_as_uncached(residual, x)
+    if change == "data":
+        L.data *= 3.0
+    elif change == "pattern":
+        L.indices[1] = 2                                           # (row 0: columns 0, 2)
+    elif change == "new matrix":
+        del L, residual
+        L = scipy.sparse.csr_matrix(_laplacian(N) * 2.0 + scipy.sparse.eye(N, k=3))
+        residual = _operator_residual(L)
+    elif change == "duplicates":
+        rows = np.r_[np.arange(N), 0]
+        L = scipy.sparse.csr_matrix((np.ones(N + 1), (rows, np.r_[np.arange(N), 0])),
+                                    shape=(N, N))
+        residual = _operator_residual(L)
+    else:
+        residual = _operator_residual(_laplacian(N, "csc"))
+    for _ in range(4):
+        _assert_same_merge_as_uncached(residual, x)
