@@ -687,7 +687,7 @@ def _sparse_product(matrix, x, matrix_first):
     else:
         result = (matrix.T @ xv.T).T
         if xv.ndim == 1:
-            L = jac.CSR.from_scipy(matrix.T)
+            L = _constant_matrix(x._jacobian.seed, matrix, transposed=True)
         else:
             L = jac.CSR.from_scipy(scipy.sparse.kron(scipy.sparse.eye(xv.shape[0]),
                                                      matrix.T, format="csr"))
@@ -696,30 +696,41 @@ def _sparse_product(matrix, x, matrix_first):
     return make(_backend.asarray(result), jac.left_multiply(L, x._jacobian))
 
 
-def _constant_matrix(seed, matrix):
-    """``CSR.from_scipy(matrix)``, kept in the seed's structure between evaluations.
+def _constant_matrix(seed, matrix, transposed=False):
+    """``CSR.from_scipy(matrix)`` (of ``matrix.T``: ``transposed``), kept in the
+    seed's structure between evaluations.
 
     A canonical CSR matrix (the usual operator: a Laplacian, a mass matrix) is
     kept under its ``id`` with a weak reference, and found again only while it
     is the same object with the same shape and the same arrays' contents
     (compared on every read: its data or pattern may be written between two
-    evaluations).  Its kept CSR names the products' patterns alike at every
-    evaluation (:func:`sparsegrad._jacobian._kept_product`).
+    evaluations); its transpose is kept with it.  Its kept CSR names the
+    products' patterns alike at every evaluation
+    (:func:`sparsegrad._jacobian._kept_product`).
     """
     structure = seed.structure
     if not (structure.shared and matrix.format == "csr"):
-        return jac.CSR.from_scipy(matrix)
+        return jac.CSR.from_scipy(matrix.T if transposed else matrix)
     key = ("matrix", id(matrix))
     hit = _structure.recall(structure.matrices, key)
     found = hit is not None and hit[0]() is matrix and _same_csr(matrix, hit[1])
     _structure.looked_up(found)
     if found:
-        return hit[1]
-    L = jac.CSR.from_scipy(matrix)
-    if matrix.has_canonical_format:  # (then its arrays are L's, to compare later)
+        L = hit[1]
+    else:
+        L = jac.CSR.from_scipy(matrix)
+        if not matrix.has_canonical_format:  # (its arrays are not L's to compare)
+            return jac.CSR.from_scipy(matrix.T) if transposed else L
         _structure.store(structure.matrices, key, (weakref.ref(matrix), L), _MAX_MATRICES)
         structure.keep(*L.arrays())
-    return L
+    if not transposed:
+        return L
+    kept = _structure.recall(L.gathers, "transposed")
+    if kept is None:
+        kept = (None, jac.CSR.from_scipy(matrix.T))
+        _structure.store(L.gathers, "transposed", kept, 1)
+        structure.keep(*kept[1].arrays())
+    return kept[1]
 
 
 #: constant matrices of products a seed's structure keeps (see _constant_matrix)

@@ -630,7 +630,7 @@ def _laplacian(n, fmt="csr"):
 
 def _operator_residual(L):
     east = np.roll(np.arange(N), -1)
-    return lambda u: L @ (u ** 2) + L @ u[east] + u * u[east]
+    return lambda u: L @ (u ** 2) + L @ u[east] + u * u[east] + np.exp(u) @ L
 
 
 def test_products_with_a_kept_matrix_go_by_plans(fresh_structure_cache, monkeypatch):
