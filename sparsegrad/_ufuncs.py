@@ -108,7 +108,8 @@ def _call(ufunc, inputs, kwargs):
     else:
         common = _common_operands(ufunc, inputs)
         if common is not None:
-            return _differentiate(ufunc, *common)
+            # (sparsity mode's result comes whole: a deferred value and the union)
+            return common if type(common) is not tuple else _differentiate(ufunc, *common)
     if ufunc in (np.multiply, np.power) and any(isinstance(i, np.matrix) for i in inputs):
         # (numpy hands x * M to np.matrix, a matrix product: an elementwise
         # product here would silently differ from numpy's result)
@@ -229,8 +230,9 @@ _ARRAYS = (np.ndarray, Deferred)
 
 def _common_operands(ufunc, inputs):
     """``(forwards, values, out, constants)`` for :func:`_differentiate`, computing
-    ``out`` (in sparsity mode deferring it: :mod:`sparsegrad._deferred`), when
-    the call is the common case of residual code; else None.
+    ``out``, when the call is the common case of residual code; in sparsity mode
+    the result itself (its value deferred: :mod:`sparsegrad._deferred`, its
+    pattern the union of the operands'); else None.
 
     The common case: a differentiable ufunc of float64 forward values of one
     (non-empty) shape, Python floats and ints (and numpy's float64 and int64
@@ -276,12 +278,18 @@ def _common_operands(ufunc, inputs):
         values.append(x)
     if not forwards or len(inputs) != ufunc.nin:
         return None
-    if jac.common_seed([x._jacobian for _, x in forwards]).pattern_only:
+    jacobians = [x._jacobian for _, x in forwards]
+    if jac.common_seed(jacobians).pattern_only:
         if None not in partials:  # (ldexp's integer exponent: numpy checks it now)
             # sparsity mode: the value when it is read (float64, as below), from
-            # the caller's arrays as they are now
-            values = [v.copy() if any(v is c for c in constants) else v for v in values]
-            return forwards, precise, Deferred(ufunc, values, shape, _FLOAT64), constants
+            # the caller's arrays as they are now; the pattern is the union of
+            # the operands' (of one shape: no broadcast)
+            if constants:
+                values = [v.copy() if any(v is c for c in constants) else v
+                          for v in values]
+            first = jacobians[0]
+            union = first if all(J is first for J in jacobians) else jac.add(jacobians)
+            return make(Deferred(ufunc, values, shape, _FLOAT64), union)
         values = [compute(v) for v in values]  # (only sparsity mode defers values)
     out = ufunc(*values)
     if out.dtype is not _FLOAT64:  # (no rule of a float64 ufunc gives another dtype)
