@@ -889,6 +889,16 @@ def take_rows(J, rows, key=None, may_be_empty=True):
     (rows made by indexing the row numbers), so nothing looks for one.  A
     read-only ``rows`` array is kept by the matrices built, not copied.
     """
+    if type(key) is tuple and type(key[0]) is tuple and J._terms is not None \
+            and len(J._terms) == 1 and J._terms[0][1] is None and rows.size != J.n_rows:
+        # (a basic read, slices and ints, of an unscaled matrix: its gather found
+        # by the key needs no row numbers)
+        s, _, M = J._terms[0]
+        hit = _structure.recall(J.seed.structure.selections if M is None else M.gathers,
+                                key)
+        if hit is not None and hit[0] is None:
+            _structure.looked_up(True)
+            return Jacobian(J.seed, rows.size, terms=((s, None, hit[1]),))
     rows = _Rows(rows, J.n_rows, may_be_empty)
     n = rows.size
     if n == J.n_rows and (n == 0 or rows.is_all()):
