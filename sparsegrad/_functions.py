@@ -742,7 +742,7 @@ def _same_csr(matrix, L):
     return (matrix.shape == L.shape and matrix.data.dtype == L.data.dtype
             and np.array_equal(matrix.indptr, L.indptr)
             and np.array_equal(matrix.indices, L.indices)
-            and np.array_equal(matrix.data, L.data))
+            and np.array_equal(matrix.data, L.data, equal_nan=True))
 
 
 def _with_sparse(a, b):
