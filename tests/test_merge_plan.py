@@ -4,12 +4,13 @@ A plan says where each entry of ``merge_scaled``'s terms lands in its result;
 ``fill_scaled`` then writes the values of a later merge of terms with the same
 patterns and any values.  It returns fresh copies of the pattern and data
 that must be, bit for bit and in the same dtype, what ``merge_scaled`` of
-those terms returns: every form of term (4-, 5- and
-6-tuples, selections by their columns with empty rows, pairs of row scales,
-broadcast scales, blocks at row offsets, terms that overlap and sum), every
-dtype (the compiled fill writes float64 and hands other dtypes to the
-reference), in one thread or several.  The last test goes through the public
-API, where a repeated evaluation fills its Jacobian by a kept plan.
+those terms returns: every form of term (4-, 5- and 6-tuples, selections by
+their columns with empty rows, pairs of row scales, broadcast scales, blocks
+at row offsets, terms that overlap and sum), every dtype (the compiled fill
+writes float64 and hands other dtypes to the reference), in one thread or
+several.  The last tests go through the public API: repeated evaluations
+filled by kept plans, the cache's limit, changed branches and index arrays,
+and products with constant scipy matrices kept between evaluations.
 """
 import numpy as np
 import pytest
