@@ -7,6 +7,10 @@ in ``_Suite``, and time exactly what their names say:
 ``time_value_and_jacobian``  ``F(forward.seed(x)).dvalue``
 ``time_sparsity``            ``F(forward.seed_sparsity(x)).dvalue``
 ``peakmem_value_and_jacobian``  peak resident memory of a Jacobian evaluation
+``time_first_three_evaluations``  three evaluations from an empty structure cache:
+                             the first builds the structure, the second the merge
+                             plans, the third goes by them (what a Newton solve
+                             pays up front)
 
 and one ``track_`` class per problem whose benchmarks measure ratios side by side
 in one process (``ratios.measure_times``: interleaved repeats, median):
@@ -21,6 +25,7 @@ Run from the repository root (``asv.conf.json`` lives there)::
     asv run --python=same --quick          # one sample each, current environment
     asv run --python=same -b ShallowWater  # one problem
 """
+import sparsegrad
 from sparsegrad import forward
 
 from . import problems
@@ -51,6 +56,11 @@ class _Suite:
 
     def peakmem_value_and_jacobian(self, n):
         self.residual(forward.seed(self.x0)).dvalue
+
+    def time_first_three_evaluations(self, n):
+        sparsegrad.clear_structure_cache()
+        for _ in range(3):
+            self.residual(forward.seed(self.x0)).dvalue
 
 
 class _Ratios:

@@ -122,6 +122,7 @@ def test_asv_suites_callable():
         bench.time_value_and_jacobian(n)
         bench.time_sparsity(n)
         bench.peakmem_value_and_jacobian(n)
+        bench.time_first_three_evaluations(n)
     bench = benchmarks.PoissonBoltzmannRatios()
     bench.ratio_repeats, bench.ratio_min_time = 2, 0.0
     bench.setup(12)
