@@ -611,18 +611,15 @@ def _merge_by_plan(J, parts, index_dtype, kept=False):
     kernels = seed.backend.kernels
     key, pieces = _pattern_key(J, index_dtype)
     plans = seed.structure.plans
-    entry = _structure.recall(plans, key)
-    _structure.looked_up(entry is not None)
+    # (a plan costs about a merge and 4-8 bytes per entry: made when a pattern
+    # comes back, not for a Jacobian computed once)
+    entry = _structure.recall_or_note(plans, key, _MAX_PLANS)
     if entry is not None and entry[1] is not None:
         indptr, indices, codes = entry[1]
         merged = kernels.fill_scaled(indptr, indices, parts, codes)
         return (indptr, indices, merged[2]) if kept else merged
     merged = kernels.merge_scaled(J.n_rows, seed.size, parts, index_dtype=index_dtype)
     if entry is None:
-        # (a plan costs about a merge and 4-8 bytes per entry: made when a
-        # pattern comes back, not for a Jacobian computed once; the note holds
-        # nothing, and an id reused meanwhile only makes a plan early)
-        _structure.store(plans, key, (None, None), _MAX_PLANS)
         return merged
     nbytes = merged[0].nbytes + merged[1].nbytes + 8 * sum(len(part[1]) for part in parts)
     if not seed.structure.has_room(nbytes):
@@ -969,13 +966,11 @@ def _kept_product(seed, A, M, indptr, indices):
         return indptr, indices
     held = _pattern_arrays(A) + _pattern_arrays(M)
     key = ("product", A.shape, M.shape) + tuple(map(id, held))
-    entry = _structure.recall(structure.products, key)
-    _structure.looked_up(entry is not None)
-    if entry is not None and entry[1] is not None:
-        return entry[1]
+    entry = _structure.recall_or_note(structure.products, key, _MAX_PRODUCTS)
     if entry is None:
-        _structure.store(structure.products, key, (None, None), _MAX_PRODUCTS)
         return indptr, indices
+    if entry[1] is not None:
+        return entry[1]
     kept = (_readonly(indptr), _readonly(indices))
     _structure.store(structure.products, key, (held, kept), _MAX_PRODUCTS)
     structure.keep(*kept)

@@ -1,4 +1,5 @@
-"""Structure kept between evaluations: selections, index copies, row numbers of moves.
+"""Structure kept between evaluations: selections, index copies, row numbers of moves,
+merged patterns, merge plans, constant matrices and their products' patterns.
 
 A Newton loop evaluates the same residual many times with the same shapes,
 slices, index arrays and paddings; only the values change.  The structural
@@ -48,8 +49,9 @@ import threading
 from ._memory import _whole_bytes  # (one rule for byte counts)
 from ._settings import environment_int
 
-__all__ = ["Structure", "for_seed", "recall", "store", "looked_up", "structure_cache_info",
-           "structure_cache_limit", "clear_structure_cache", "StructureInfo"]
+__all__ = ["Structure", "for_seed", "recall", "recall_or_note", "store", "looked_up",
+           "structure_cache_info", "structure_cache_limit", "clear_structure_cache",
+           "StructureInfo"]
 
 StructureInfo = collections.namedtuple("StructureInfo",
                                        "enabled held_bytes limit hits misses sizes")
@@ -147,7 +149,9 @@ class Structure:
 
         Walks the entries (``(stored rows, CSR)`` pairs in ``selections`` and in
         the ``gathers`` of every matrix reached, the tuples of ``index_rows``,
-        the row numbers in ``moves``); sets the running count to it.
+        the row numbers in ``moves``, the matrices of ``patterns``, ``plans``
+        and ``matrices``, the arrays of ``plans`` and ``products``); sets the
+        running count to it.
         """
         seen, total = set(), 0
         matrices, arrays = [], []
@@ -218,6 +222,21 @@ def store(cache, key, entry, capacity):
         cache[key] = entry
         while len(cache) > capacity:
             del cache[next(iter(cache))]
+
+
+def recall_or_note(cache, key, capacity):
+    """``cache[key]`` as :func:`recall` (the lookup counted), or None at the
+    key's first lookup, which notes it: an entry ``(None, None)`` that holds
+    nothing.  For structure worth keeping only when it comes back (a merge
+    plan, a product's pattern): the caller stores it in place of the note at
+    the second lookup (an ``id`` in a key reused meanwhile only makes that
+    happen a lookup early).
+    """
+    entry = recall(cache, key)
+    looked_up(entry is not None)
+    if entry is None:
+        store(cache, key, (None, None), capacity)
+    return entry
 
 
 def looked_up(found):
