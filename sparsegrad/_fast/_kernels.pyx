@@ -2898,13 +2898,14 @@ def multiply_add(a, b, c):
     cdef Py_ssize_t b_step = 1, c_step = 1
     if not _same_real_vectors((a,), n):
         return _reference.multiply_add(a, b, c)
+    given = (b, c)
     if type(b) is a.dtype.type:  # (a scalar: read with step 0)
         b, b_step = np.array([b]), 0
     if type(c) is a.dtype.type:
         c, c_step = np.array([c]), 0
     if not ((not b_step or _same_real_vectors((a, b), n))
             and (not c_step or _same_real_vectors((a, c), n))):
-        return _reference.multiply_add(a, b[0] if not b_step else b, c[0] if not c_step else c)
+        return _reference.multiply_add(a, *given)
     out = np.empty(n, dtype=a.dtype)
     cdef void* pa = _ptr(a)
     cdef void* pb = _ptr(b)
@@ -3093,6 +3094,17 @@ cdef int64_t _plan_kind(void* codes, bint wide, void* out_indptr, void* out_indi
                       <const int64_t*>out_indices, ip, ix, m, first, placed)
 
 
+cdef bint _is_pattern(object indptr, object indices):
+    """``indptr, indices`` are what the plan loops read as they are: 1-d
+    C-contiguous ndarrays of one dtype, int32 or int64 (a merged pattern
+    for scipy, or for sparsegrad's own matrices)."""
+    return (type(indptr) is np.ndarray and type(indices) is np.ndarray
+            and indptr.ndim == 1 and indices.ndim == 1 and indptr.shape[0] >= 1
+            and indptr.dtype == indices.dtype
+            and indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+            and indptr.flags.c_contiguous and indices.flags.c_contiguous)
+
+
 def merge_plan(indptr, indices, terms):
     """Where each entry of merge_scaled's terms lands in its result.
 
@@ -3101,11 +3113,7 @@ def merge_plan(indptr, indices, terms):
     merged pattern of int32 or int64 read as it is).
     """
     terms = list(terms)
-    if not (type(indptr) is np.ndarray and type(indices) is np.ndarray
-            and indptr.ndim == 1 and indices.ndim == 1 and indptr.shape[0] >= 1
-            and indptr.dtype == indices.dtype
-            and indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
-            and indptr.flags.c_contiguous and indices.flags.c_contiguous):
+    if not _is_pattern(indptr, indices):
         return _reference.merge_plan(indptr, indices, terms)
     cdef int64_t n_rows = indptr.shape[0] - 1, nnz = indices.shape[0]
     cdef bint int32 = indptr.dtype == np.int32
@@ -3332,12 +3340,7 @@ def fill_scaled(indptr, indices, terms, plan):
     """
     terms = list(terms)
     plan = list(plan)
-    if not (type(indptr) is np.ndarray and type(indices) is np.ndarray
-            and indptr.ndim == 1 and indices.ndim == 1 and indptr.shape[0] >= 1
-            and indptr.dtype == indices.dtype
-            and indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
-            and indptr.flags.c_contiguous and indices.flags.c_contiguous
-            and len(plan) == len(terms)):
+    if not (_is_pattern(indptr, indices) and len(plan) == len(terms)):
         return _reference.fill_scaled(indptr, indices, terms, plan)
     cdef int64_t nr = indptr.shape[0] - 1
     cdef int64_t nnz = indices.shape[0]
