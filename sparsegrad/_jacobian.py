@@ -404,8 +404,32 @@ def _empty_csr(n_rows, n_cols, xp=np):
                xp.zeros(0, dtype=INDEX_DTYPE), None)
 
 
+def _built(seed, n_rows, terms):
+    """A Jacobian of non-zero ``terms`` (a tuple of distinct matrices) made
+    without :class:`Jacobian`'s conversions: the elementwise operations' results,
+    which are made for every operation of residual code."""
+    J = Jacobian.__new__(Jacobian)
+    J.seed = seed
+    J.n_rows = n_rows
+    J._terms = terms
+    J._blocks = None
+    J._zero = False
+    return J
+
+
 def scale(J, factor):
     """``diag(factor) @ J``; ``factor`` is a scalar or a vector with one entry per row."""
+    terms = J._terms
+    if terms is not None and J._zero is False and not J.seed.pattern_only:
+        # (the common cases first, without the checks below: a partial derivative
+        # of one entry per row, or a float that is not 1)
+        kind = type(factor)
+        if kind is np.ndarray and factor.ndim == 1:
+            return _built(J.seed, J.n_rows, tuple([(s, _times(d, factor), M)
+                                                   for s, d, M in terms]))
+        if (kind is float or kind is np.float64) and factor != 1:
+            return _built(J.seed, J.n_rows, tuple([(s * factor, d, M)
+                                                   for s, d, M in terms]))
     if J.seed.pattern_only or J.is_zero:
         return J
     if type(factor) is np.ndarray and factor.ndim == 1:
@@ -478,6 +502,22 @@ def add(terms):
     matrices are kept side by side, and merged by the kernels in one pass when
     there are more than :data:`MAX_TERMS` of them.
     """
+    if len(terms) == 2:
+        first, second = terms
+        if (first._zero is False and second._zero is False and first.seed is second.seed
+                and first._terms is not None and second._terms is not None
+                and not first.seed.pattern_only):
+            # (the common case, two non-zero sums of terms, without the general
+            # path's checks: the loop below, with its order of terms)
+            combined = {}
+            for term in first._terms + second._terms:
+                key = id(term[2])
+                known = combined.get(key)
+                combined[key] = term if known is None else _combine(known, term)
+            result = _built(first.seed, first.n_rows, tuple(combined.values()))
+            if len(result._terms) > MAX_TERMS:
+                result._single()
+            return result
     seed = common_seed(terms)
     n_rows = terms[0].n_rows
     live = [J for J in terms if not J.is_zero]
@@ -809,9 +849,7 @@ def _same_rows(a, b):
     backend = _backend.of(a)
     if a.shape != b.shape or _backend.of(b) is not backend:
         return False
-    if backend is _backend.CPU:
-        return np.array_equal(a, b)
-    return bool((a == b).all())  # (one scalar from the device)
+    return backend.kernels.same_index(a, b)  # (on a device: one scalar from there)
 
 
 def _gather(seed, M, rows, key):
@@ -902,20 +940,26 @@ def take_rows(J, rows, key=None, may_be_empty=True):
         return J
     if J.is_zero:
         return zero(J.seed, n)
-    if len(J.terms) > 1 and any(M is not None and M.max_entries() > 2 * J.n_rows
-                                for _, _, M in J.terms):
-        J._single()  # dense-ish terms: one gather of the merged matrix is cheaper
-    terms = []
-    for s, d, M in J.terms:
-        if type(d) is tuple and n and rows.gathers_by_index():
+    terms = J.terms
+    if len(terms) > 1 and any(M is not None and M.max_entries() > 2 * J.n_rows
+                              for _, _, M in terms):
+        terms = J._single(),  # dense-ish terms: one gather of the merged matrix is cheaper
+    by_index = n and rows.gathers_by_index()
+    gathered = []
+    for s, d, M in terms:
+        if d is None:
+            pass
+        elif by_index and type(d) is not tuple and type(d) is np.ndarray:
+            d = _backend.CPU.kernels.take(d, rows.flat)  # (a stencil's gather)
+        elif type(d) is tuple and by_index:
             # (a pending pair gathered and multiplied in one pass)
             backend = _backend.of(d[0])
             d = backend.kernels.take_product(d[0], d[1], rows.flat_on(backend))
-        elif d is not None:
+        else:
             d = _vector(d)
             d = rows.pick(d) if n else d[:0]
-        terms.append((s, d, _gather(J.seed, M, rows, key)))
-    return Jacobian(J.seed, n, terms=terms)
+        gathered.append((s, d, _gather(J.seed, M, rows, key)))
+    return Jacobian(J.seed, n, terms=gathered)
 
 
 def left_multiply(A, J):

@@ -199,6 +199,7 @@ def _differentiate(ufunc, forwards, values, out, constants):
     # only scale by scalars, where nothing can warn
     quiet = _NUMBERS_ONLY if all(not callable(partials[i]) for i, _ in forwards) \
         else np.errstate(all="ignore")
+    shape = out.shape
     with quiet:
         for i, x in forwards:
             partial = partials[i]
@@ -206,14 +207,19 @@ def _differentiate(ufunc, forwards, values, out, constants):
                 partial = partial(*values, out)
                 if constants and any(partial is c for c in constants):
                     partial = partial.copy()
-            if getattr(partial, "ndim", 0) > 0:
-                if partial.shape != out.shape:
-                    partial = np.broadcast_to(partial, out.shape)
+            if type(partial) is np.ndarray and partial.shape == shape:
+                partial = partial.ravel()  # (the common case: a partial of each element)
+            elif getattr(partial, "ndim", 0) > 0:
+                if partial.shape != shape:
+                    partial = np.broadcast_to(partial, shape)
                 partial = partial.ravel()
             elif not isinstance(partial, (int, float)):
                 partial = partial[()] if isinstance(partial, np.ndarray) else partial
-            terms.append(jac.scale(broadcast_jacobian(x, out.shape), partial))
-    return make(out, jac.add(terms))
+            J = x._jac
+            if type(J) is not jac.Jacobian or x._raw.shape != shape:
+                J = broadcast_jacobian(x, shape)  # (pending writes, a broadcast)
+            terms.append(jac.scale(J, partial))
+    return make(out, terms[0] if len(terms) == 1 else jac.add(terms))
 
 
 _NUMBERS_ONLY = contextlib.nullcontext()

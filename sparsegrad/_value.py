@@ -232,6 +232,16 @@ class value(NDArrayOperatorsMixin):
     @pooled
     def _take(self, key):
         raw = self._raw
+        J = self._jac
+        if (type(key) is np.ndarray and type(raw) is np.ndarray and type(J) is jac.Jacobian
+                and key.ndim == 1 and raw.ndim == 1 and key.dtype == jac.INDEX_DTYPE):
+            # (a stencil's read, ``f[east]``, at every evaluation: the general
+            # path below without its conversions of keys that this one is not)
+            self._owns = False
+            result = _backend.CPU.kernels.take(raw, key)
+            rows = jac._readonly(_rows_read(raw.shape, key, np, J.seed.structure))
+            return _array_value(result, jac.take_rows(J, rows, ("array", raw.shape, id(key)),
+                                                      may_be_empty=False))
         exact = None
         if (type(key) is list and 0 < len(key) <= _MAX_LIST_KEY and self.ndim == 1
                 and all(type(k) is int for k in key)):
@@ -487,7 +497,7 @@ def _rows_read(shape, key, xp, structure=None):
             entry = _structure.recall(known, id(key))
             # (an array can be written in place between reads: the contents decide)
             found = (entry is not None and entry[0]() is key
-                     and np.array_equal(entry[1], key))
+                     and _backend.CPU.kernels.same_index(entry[1], key))
             _structure.looked_up(found)
             if found:
                 return entry[2]

@@ -1340,3 +1340,23 @@ def test_take_indexes_as_numpy(kernels, rng, dtype):
         with pytest.raises(IndexError, match="index %d is out of bounds for axis 0 with size %d"
                            % (bad, m)):
             kernels.take(a, np.array([0, bad], dtype=I64))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_same_index_compares_every_entry(kernels, rng, dtype):
+    # an index array read again: the copy kept from the last read against it
+    for n in (0, 1, 7, 1000):
+        a = rng.integers(0, 100, n).astype(dtype)
+        before = a.copy()
+        assert kernels.same_index(a, a.copy()) is True
+        assert kernels.same_index(a, a[:-1]) is (n == 0)
+        for position in sorted({0, n // 2, n - 1}) if n else ():
+            changed = a.copy()
+            changed[position] += 1
+            assert kernels.same_index(a, changed) is False
+        np.testing.assert_array_equal(a, before)
+    a = np.arange(10, dtype=I64)
+    assert kernels.same_index(a[::2], np.arange(0, 10, 2))          # (strided: the reference)
+    assert kernels.same_index(a, a.astype(np.int32))               # (mixed dtypes: numbers)
+    assert not kernels.same_index(a, a.reshape(2, 5))              # (shapes differ)
+    assert not kernels.same_index(a, np.arange(9, dtype=I64))

@@ -64,7 +64,7 @@ cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove
 
 import operator
 
@@ -3013,6 +3013,26 @@ def take(a, rows):
                          % (rows[bad], m))
     return out
 
+
+def same_index(a, b):
+    """Whether two index arrays hold the same numbers.
+
+    Contract of :func:`sparsegrad._fast._reference.same_index`.  Two 1-d
+    C-contiguous int64 arrays are compared byte by byte (``memcmp``: integers
+    are equal exactly when their bytes are); everything else goes to the
+    reference.
+    """
+    if not (_is_index_array(a) and _is_index_array(b)):
+        return _reference.same_index(a, b)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>a, 0)
+    if cnp.PyArray_DIM(<cnp.ndarray>b, 0) != n:
+        return False
+    cdef const void* pa = _ptr(a)
+    cdef const void* pb = _ptr(b)
+    cdef int differs
+    with nogil:
+        differs = memcmp(pa, pb, <size_t>n * sizeof(int64_t))
+    return differs == 0
 
 # ---------------------------------------------------------------------------
 # Merge plans: the values of a repeated merge, without merging again

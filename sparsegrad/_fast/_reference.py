@@ -51,7 +51,7 @@ INDEX_DTYPE = np.int64
 
 __all__ = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul",
            "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "take_product",
-           "take"]
+           "take", "same_index"]
 
 
 class RowIndexError(IndexError, ValueError):
@@ -711,6 +711,21 @@ def take(a, rows):
     """
     return a[rows]
 
+
+def same_index(a, b):
+    """Whether the integer arrays ``a`` and ``b`` have one shape and equal entries.
+
+    How a repeated evaluation recognises an index array it has read before
+    (``f[east]``: the copy kept from the last read against the array now).
+
+    Examples
+    --------
+    >>> same_index(np.array([2, 0, 1]), np.array([2, 0, 1])), same_index(np.array([2]), np.array([1]))
+    (True, False)
+    """
+    if a.shape != b.shape:
+        return False
+    return bool((a == b).all())
 
 def selection_csr(columns):
     """``indptr, indices`` of the selection whose row ``r`` holds one entry at ``columns[r]``.
