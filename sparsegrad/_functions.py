@@ -700,29 +700,40 @@ def _constant_matrix(seed, matrix, transposed=False):
     """``CSR.from_scipy(matrix)`` (of ``matrix.T``: ``transposed``), kept in the
     seed's structure between evaluations.
 
-    A canonical CSR matrix (the usual operator: a Laplacian, a mass matrix) is
-    kept under its ``id`` with a weak reference, and found again only while it
-    is the same object with the same shape and the same arrays' contents
-    (compared on every read: its data or pattern may be written between two
-    evaluations); its transpose is kept with it.  Its kept CSR names the
-    products' patterns alike at every evaluation
+    The usual operator (a Laplacian, a mass matrix) is kept under its ``id``
+    with a weak reference, and found again only while it is the same object
+    with the same shape and the same arrays' contents (compared on every
+    read: its data or pattern may be written between two evaluations); its
+    transpose is kept with it.  A canonical CSR matrix is compared with its
+    kept CSR itself; the other formats whose arrays define them (CSC, COO,
+    DIA, as ``scipy.sparse.diags`` makes, BSR, and CSR with duplicates or
+    unsorted columns) with copies of their arrays kept beside it, so that
+    their conversion is not paid again at every evaluation.  Its kept CSR
+    names the products' patterns alike at every evaluation
     (:func:`sparsegrad._jacobian._kept_product`).
     """
     structure = seed.structure
-    if not (structure.shared and matrix.format == "csr"):
+    names = _DEFINING_ARRAYS.get(matrix.format)
+    if not (structure.shared and names):
         return jac.CSR.from_scipy(matrix.T if transposed else matrix)
+    canonical = matrix.format == "csr" and matrix.has_canonical_format
+    arrays = tuple(getattr(matrix, name) for name in names)
     key = ("matrix", id(matrix))
     hit = _structure.recall(structure.matrices, key)
-    found = hit is not None and hit[0]() is matrix and _same_csr(matrix, hit[1])
+    found = (hit is not None and hit[0]() is matrix and hit[2] == matrix.shape
+             and all(map(_same_array, arrays, hit[3] or (hit[1].indptr, hit[1].indices,
+                                                        hit[1].data))))
     _structure.looked_up(found)
     if found:
         L = hit[1]
     else:
         L = jac.CSR.from_scipy(matrix)
-        if not matrix.has_canonical_format:  # (its arrays are not L's to compare)
-            return jac.CSR.from_scipy(matrix.T) if transposed else L
-        _structure.store(structure.matrices, key, (weakref.ref(matrix), L), _MAX_MATRICES)
-        structure.keep(*L.arrays())
+        # (a canonical CSR's arrays are L's, in L's index dtype; other formats'
+        # are copied as they are)
+        copies = None if canonical else tuple(a.copy() for a in arrays)
+        _structure.store(structure.matrices, key,
+                         (weakref.ref(matrix), L, matrix.shape, copies), _MAX_MATRICES)
+        structure.keep(*L.arrays(), *(copies or ()))
     if not transposed:
         return L
     kept = _structure.recall(L.gathers, "transposed")
@@ -736,13 +747,24 @@ def _constant_matrix(seed, matrix, transposed=False):
 #: constant matrices of products a seed's structure keeps (see _constant_matrix)
 _MAX_MATRICES = 16
 
+#: the arrays that define a scipy matrix of each format, compared with what was
+#: kept of it (formats of Python objects, LIL and DOK, convert at every product)
+_DEFINING_ARRAYS = {"csr": ("indptr", "indices", "data"), "csc": ("indptr", "indices", "data"),
+                    "bsr": ("indptr", "indices", "data"), "coo": ("row", "col", "data"),
+                    "dia": ("offsets", "data")}
 
-def _same_csr(matrix, L):
-    """The scipy CSR ``matrix`` holds what :class:`CSR` ``L`` was made of."""
-    return (matrix.shape == L.shape and matrix.data.dtype == L.data.dtype
-            and np.array_equal(matrix.indptr, L.indptr)
-            and np.array_equal(matrix.indices, L.indices)
-            and np.array_equal(matrix.data, L.data, equal_nan=True))
+
+def _same_array(array, kept):
+    """Whether ``array`` holds what ``kept`` was made of: its numbers (index
+    arrays, in any integer dtype), or its values of the same dtype (NaN equal
+    to NaN)."""
+    if array.shape != kept.shape:
+        return False
+    if array.dtype.kind in "iu" and kept.dtype.kind in "iu":
+        return _backend.CPU.kernels.same_index(array, kept)
+    # (equal_nan costs ten times a plain comparison: only asked when that fails)
+    return array.dtype == kept.dtype and (np.array_equal(array, kept)
+                                          or np.array_equal(array, kept, equal_nan=True))
 
 
 def _with_sparse(a, b):

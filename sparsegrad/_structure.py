@@ -100,8 +100,9 @@ class Structure:
         codes))`` from its second merge on (see
         :func:`sparsegrad._jacobian._merge_by_plan`).
     matrices : dict
-        ``(weak reference to a scipy matrix, its CSR)`` by the matrix's id: the
-        constant matrices of products ``A @ x`` (see
+        ``(weak reference to a scipy matrix, its CSR, its shape, copies of its
+        arrays or None for a canonical CSR)`` by the matrix's id: the constant
+        matrices of products ``A @ x`` (see
         :func:`sparsegrad._functions._constant_matrix`), compared with the
         matrix on every read.
     products : dict
@@ -170,7 +171,9 @@ class Structure:
                 matrices.extend(M for _, _, block in pieces for M in block if M is not None)
                 arrays.extend(plan[:2])
                 arrays.extend(plan[2])
-        matrices.extend(matrix for _, matrix in list(self.matrices.values()))
+        for _, matrix, _, copies in list(self.matrices.values()):
+            matrices.append(matrix)
+            arrays.extend(copies or ())
         for held, kept in list(self.products.values()):
             if kept is not None:
                 arrays.extend(held + kept)

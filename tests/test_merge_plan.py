@@ -651,6 +651,65 @@ def test_products_with_a_kept_matrix_go_by_plans(fresh_structure_cache, monkeypa
     assert counts[2] == 0 and counts[-1] > counts[-2] > counts[2]
 
 
+def _unsorted_csr(n):
+    """A Laplacian in CSR with each row's columns in reverse order (not canonical)."""
+    import scipy.sparse
+    L = _laplacian(n, "csr")
+    order = np.concatenate([np.arange(a, b)[::-1] for a, b in zip(L.indptr[:-1], L.indptr[1:])])
+    return scipy.sparse.csr_matrix((L.data[order], L.indices[order], L.indptr), shape=L.shape)
+
+
+def _write_into(L):
+    """Change ``L`` in place through the arrays that define its format: values,
+    and where the format allows it, the pattern."""
+    L.data *= 3.0
+    if L.format == "dia":
+        L.offsets[L.offsets == 1] = 2           # (the upper diagonal moves out by one)
+    elif L.format == "coo":
+        L.col[np.flatnonzero(L.row == 0)[-1]] = 5
+    elif L.format in ("csc", "csr"):
+        L.indices[L.indptr[1] - 1] = 5          # (the first column's or row's last entry)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csc", "coo", "bsr", "unsorted csr"])
+def test_a_constant_matrix_of_any_format_is_kept_and_compared(fresh_structure_cache, fmt):
+    # DIA (what scipy.sparse.diags makes), CSC, COO, BSR and non-canonical CSR
+    # matrices: their conversion is kept between evaluations beside copies of
+    # their arrays, found again while the matrix holds the same numbers, and
+    # made again once it is written in place
+    from sparsegrad import _functions
+    L = _unsorted_csr(N) if fmt == "unsorted csr" else _laplacian(N, fmt)
+    assert L.format == fmt.split()[-1]
+    residual = _operator_residual(L)
+    x = np.linspace(0.0, 1.0, N)
+    kept = []
+    for _ in range(4):
+        _assert_same_merge_as_uncached(residual, x)
+        seed = forward.seed(x)
+        kept.append(_functions._constant_matrix(seed._jacobian.seed, L))
+    assert all(K is kept[0] for K in kept)
+    np.testing.assert_array_equal(kept[0].to_scipy(np.float64).toarray(), L.toarray())
+    _write_into(L)
+    for _ in range(4):
+        _assert_same_merge_as_uncached(residual, x)
+    seed = forward.seed(x)
+    again = _functions._constant_matrix(seed._jacobian.seed, L)
+    assert again is not kept[0]
+    np.testing.assert_array_equal(again.to_scipy(np.float64).toarray(), L.toarray())
+
+
+def test_a_constant_matrix_with_nan_values_is_found_again(fresh_structure_cache):
+    # (NaN equals NaN for the kept copy: the conversion is not made at every call)
+    from sparsegrad import _functions
+    L = _laplacian(N, "dia")
+    L.data[1, 3] = np.nan
+    seed = forward.seed(np.zeros(N))._jacobian.seed
+    first = _functions._constant_matrix(seed, L)
+    assert _functions._constant_matrix(seed, L) is first
+    L.data[1, 3] = 0.0
+    assert _functions._constant_matrix(seed, L) is not first
+
+
 @pytest.mark.parametrize("change", ["data", "pattern", "new matrix", "duplicates", "csc"])
 def test_a_constant_matrix_written_or_replaced_is_read_again(fresh_structure_cache, change):
     # written in place (values or pattern), replaced by another matrix (which

@@ -3014,25 +3014,59 @@ def take(a, rows):
     return out
 
 
+cdef inline bint _is_int32_vector(object x):
+    """``x`` a 1-d C-contiguous native int32 ndarray (scipy's usual index dtype)."""
+    if type(x) is not np.ndarray:
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    return (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_TYPE(a) == cnp.NPY_INT32
+            and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_ISNOTSWAPPED(a))
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef bint _same_widened(Py_ssize_t n, const int32_t* a, const int64_t* b) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef uint64_t diff = 0
+    for i in range(n):
+        diff |= <uint64_t>(<int64_t>a[i] ^ b[i])
+    return diff == 0
+
+
 def same_index(a, b):
     """Whether two index arrays hold the same numbers.
 
     Contract of :func:`sparsegrad._fast._reference.same_index`.  Two 1-d
-    C-contiguous int64 arrays are compared byte by byte (``memcmp``: integers
-    are equal exactly when their bytes are); everything else goes to the
+    C-contiguous arrays of one of int32 and int64 are compared byte by byte
+    (``memcmp``: integers of one dtype are equal exactly when their bytes
+    are), an int32 one (a scipy matrix's indices) against an int64 one
+    number by number, with no temporary; everything else goes to the
     reference.
     """
-    if not (_is_index_array(a) and _is_index_array(b)):
+    cdef Py_ssize_t n
+    cdef const void* pa
+    cdef const void* pb
+    cdef bint same
+    cdef int kind_a, kind_b
+    if _is_int32_vector(a) and _is_index_array(b):
+        a, b = b, a
+    if not ((_is_index_array(a) or _is_int32_vector(a))
+            and (_is_index_array(b) or _is_int32_vector(b))):
         return _reference.same_index(a, b)
-    cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>a, 0)
+    n = cnp.PyArray_DIM(<cnp.ndarray>a, 0)
     if cnp.PyArray_DIM(<cnp.ndarray>b, 0) != n:
         return False
-    cdef const void* pa = _ptr(a)
-    cdef const void* pb = _ptr(b)
-    cdef int differs
+    kind_a = cnp.PyArray_TYPE(<cnp.ndarray>a)
+    kind_b = cnp.PyArray_TYPE(<cnp.ndarray>b)
+    pa = _ptr(a)
+    pb = _ptr(b)
     with nogil:
-        differs = memcmp(pa, pb, <size_t>n * sizeof(int64_t))
-    return differs == 0
+        if kind_a == kind_b:
+            same = memcmp(pa, pb, <size_t>n * (sizeof(int64_t) if kind_a == cnp.NPY_INT64
+                                                else sizeof(int32_t))) == 0
+        else:  # (a is the int64 one)
+            same = _same_widened(n, <const int32_t*>pb, <const int64_t*>pa)
+    return same
 
 # ---------------------------------------------------------------------------
 # Merge plans: the values of a repeated merge, without merging again
