@@ -1358,5 +1358,12 @@ def test_same_index_compares_every_entry(kernels, rng, dtype):
     a = np.arange(10, dtype=I64)
     assert kernels.same_index(a[::2], np.arange(0, 10, 2))          # (strided: the reference)
     assert kernels.same_index(a, a.astype(np.int32))               # (mixed dtypes: numbers)
+    signed = np.array([-1, 5, -2 ** 31, 2 ** 31 - 1], dtype=I64)
+    assert kernels.same_index(signed.astype(np.int32), signed)
+    for position in range(4):
+        changed = signed.copy()
+        changed[position] += 2 ** 32                                 # (same low 32 bits)
+        assert not kernels.same_index(signed.astype(np.int32), changed)
+        assert not kernels.same_index(changed, signed.astype(np.int32))
     assert not kernels.same_index(a, a.reshape(2, 5))              # (shapes differ)
     assert not kernels.same_index(a, np.arange(9, dtype=I64))
