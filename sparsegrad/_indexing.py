@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from . import _jacobian as jac
+from . import _structure
 
 INDEX_DTYPE = np.int64
 
@@ -76,16 +77,18 @@ class Assembly:
     def take_rows(self, rows):
         """The assembled Jacobian's rows ``rows``, touching only the pieces they use."""
         rows = np.asarray(rows, dtype=INDEX_DTYPE).reshape(-1)
-        owner = self.owner[rows]
-        position = self.position[rows]
+        return self._assembled(self.owner[rows], self.position[rows])
+
+    def _assembled(self, owner, position):
+        """The Jacobian whose row ``r`` is row ``position[r]`` of piece ``owner[r]``."""
         # pieces owning at least one row, in O(rows) (owner -1 means a zero row)
         used = np.flatnonzero(np.bincount(owner + 1, minlength=len(self.pieces) + 1)[1:])
         if len(used) == 0:
-            return jac.zero(self.seed, len(rows))
+            return jac.zero(self.seed, len(owner))
         if len(used) <= _FEW_PIECES:
             # gather each piece's terms into place and add them: the terms are
             # merged once, when the result is needed, without stacking copies
-            return jac.add([jac.take_rows(self.pieces[k], np.where(owner == k, position, -1))
+            return jac.add([self._piece_rows(k, np.where(owner == k, position, -1))
                             for k in used])
         stacked = jac.vstack([self.pieces[k] for k in used])
         offsets = np.zeros(used[-1] + 1, dtype=INDEX_DTYPE)
@@ -93,5 +96,31 @@ class Assembly:
         global_rows = np.where(owner >= 0, offsets[np.maximum(owner, 0)] + position, -1)
         return jac.take_rows(stacked, global_rows)
 
+    def _piece_rows(self, k, rows):
+        """``take_rows`` of piece ``k`` (rows ``-1`` where it owns none), its row
+        numbers kept in the seed's structure.
+
+        A residual assembled by writes (``F[1:-1] = ...; F[0] = ...``) writes
+        the same way at every evaluation: the row numbers found equal to the
+        kept ones are the kept array itself, under which the piece's gathered
+        selections are cached too, so that the final merge meets the same
+        matrices and goes by a merge plan.
+        """
+        piece = self.pieces[k]
+        structure = self.seed.structure
+        # (the same key for assemblies of one layout: one entry each, whose rows
+        # are compared; equal rows shared by two of them are the same rows)
+        key = ("assembly", len(rows), k, len(self.pieces), piece.n_rows)
+        known = _structure.recall(structure.moves, key)
+        found = known is not None and jac._same_rows(known[0], rows)
+        _structure.looked_up(found)
+        if found:
+            rows = known[0]
+        else:
+            rows = jac._readonly(rows)
+            _structure.store(structure.moves, key, (rows, None), jac.MAX_MOVES)
+            structure.keep(rows)
+        return jac.take_rows(piece, rows, ("array", (piece.n_rows,), id(rows)))
+
     def materialize(self):
-        return self.take_rows(jac._arange(self.n_rows))
+        return self._assembled(self.owner, self.position)

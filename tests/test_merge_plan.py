@@ -738,3 +738,46 @@ def test_a_constant_matrix_written_or_replaced_is_read_again(fresh_structure_cac
         residual = _operator_residual(_laplacian(N, "csc"))
     for _ in range(4):
         _assert_same_merge_as_uncached(residual, x)
+
+
+# ---------------------------------------------------------------------------
+# residuals assembled by index writes: the pieces' row numbers kept
+# ---------------------------------------------------------------------------
+
+def _assembled_residual(branch):
+    """``F[1:-1] = stencil; F[0], F[-1] = boundary``, or (branch[0] true) pieces
+    of the same sizes written elsewhere (the same keys, other row numbers)."""
+    def residual(u):
+        F = np.zeros(N, dtype=u.dtype, like=u)  # (complex for the complex-step reference)
+        if branch[0]:
+            F[2:] = u[2:] * u[:-2]
+            F[0] = np.exp(u[0])
+            F[1] = u[1] - u[0]
+        else:
+            F[1:-1] = u[2:] - 2.0 * u[1:-1] + u[:-2] + u[1:-1] ** 3
+            F[0] = u[0] - 1.0
+            F[-1] = u[-1] * u[-2]
+        return F
+    return residual
+
+
+def test_an_assembled_residual_goes_by_plans_and_sees_a_new_layout(fresh_structure_cache,
+                                                                   monkeypatch):
+    # the same writes at every evaluation: the gathers into place are cached and
+    # the final merge is filled by a plan; writes laid out otherwise (a branch)
+    # are assembled afresh, never from the kept row numbers
+    from sparsegrad import _fast
+    fills = []
+    original = _fast.kernels.fill_scaled
+    monkeypatch.setattr(_fast.kernels, "fill_scaled",
+                        lambda *args: fills.append(1) or original(*args))
+    branch = [False]
+    residual = _assembled_residual(branch)
+    counts = []
+    for k in range(5):
+        _assert_same_merge_as_uncached(residual, np.linspace(0.5, 1.5, N) + 0.1 * k)
+        counts.append(len(fills))
+    assert counts[1] == 0 and counts[-1] > counts[-2] > 0
+    for flip in [True, True, False, True, False]:
+        branch[0] = flip
+        _assert_same_merge_as_uncached(residual, np.linspace(0.5, 1.5, N))
