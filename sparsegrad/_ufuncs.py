@@ -192,13 +192,16 @@ def _differentiate(ufunc, forwards, values, out, constants):
     caller's arrays among them, copied when one is a partial derivative.
     """
     partials = rules.DERIVATIVES[ufunc]
-    if forwards[0][1]._jacobian.seed.pattern_only:
+    if forwards[0][1]._jac.seed.pattern_only:  # (an Assembly has a seed too)
         return _pattern_union(forwards, out)
     terms = []
     # numpy already warned about the value; numbers as partials (add, subtract)
     # only scale by scalars, where nothing can warn
-    quiet = _NUMBERS_ONLY if all(not callable(partials[i]) for i, _ in forwards) \
-        else np.errstate(all="ignore")
+    quiet = _NUMBERS_ONLY
+    for i, _ in forwards:
+        if callable(partials[i]):
+            quiet = np.errstate(all="ignore")
+            break
     shape = out.shape
     with quiet:
         for i, x in forwards:
@@ -284,7 +287,7 @@ def _common_operands(ufunc, inputs):
         values.append(x)
     if not forwards or len(inputs) != ufunc.nin:
         return None
-    jacobians = [x._jacobian for _, x in forwards]
+    jacobians = [x._jac if type(x._jac) is jac.Jacobian else x._jacobian for _, x in forwards]
     if jac.common_seed(jacobians).pattern_only:
         if None not in partials:  # (ldexp's integer exponent: numpy checks it now)
             # sparsity mode: the value when it is read (float64, as below), from
