@@ -420,14 +420,18 @@ def _built(seed, n_rows, terms):
 def scale(J, factor):
     """``diag(factor) @ J``; ``factor`` is a scalar or a vector with one entry per row."""
     terms = J._terms
-    if terms is not None and J._zero is False and not J.seed.pattern_only:
+    if terms is not None and not J.seed.pattern_only and not J.is_zero:
         # (the common cases first, without the checks below: a partial derivative
-        # of one entry per row, or a float that is not 1)
+        # of one entry per row, or a number)
         kind = type(factor)
         if kind is np.ndarray and factor.ndim == 1:
             return _built(J.seed, J.n_rows, tuple([(s, _times(d, factor), M)
                                                    for s, d, M in terms]))
-        if (kind is float or kind is np.float64) and factor != 1:
+        if kind is float or kind is np.float64 or kind is int:
+            if factor == 1:
+                return J
+            # (an int partial, x - y's -1, as a float: see below)
+            factor = float(factor) if kind is int else factor
             return _built(J.seed, J.n_rows, tuple([(s * factor, d, M)
                                                    for s, d, M in terms]))
     if J.seed.pattern_only or J.is_zero:
