@@ -27,7 +27,6 @@ array([[1., 1., 0., 0.],
 import math
 import numbers
 import string
-import weakref
 
 import numpy as np
 import scipy.sparse
@@ -677,71 +676,93 @@ def _sparse_product(matrix, x, matrix_first):
         raise unsupported("numpy.matmul", "a scipy sparse matrix times a >2-d forward value")
     if matrix_first:
         result = matrix @ xv
-        if xv.ndim == 1:
-            L = _constant_matrix(x._jacobian.seed, matrix)
-        else:
-            # (format="csr": the default BSR would store the zeros of each
-            # identity block, entries no element depends on)
-            L = jac.CSR.from_scipy(scipy.sparse.kron(matrix, scipy.sparse.eye(xv.shape[1]),
-                                                     format="csr"))
+        form = None if xv.ndim == 1 else ("kron", xv.shape[1])
     else:
         result = (matrix.T @ xv.T).T
-        if xv.ndim == 1:
-            L = _constant_matrix(x._jacobian.seed, matrix, transposed=True)
-        else:
-            L = jac.CSR.from_scipy(scipy.sparse.kron(scipy.sparse.eye(xv.shape[0]),
-                                                     matrix.T, format="csr"))
+        form = "transposed" if xv.ndim == 1 else ("kron transposed", xv.shape[0])
+    L = _constant_matrix(x._jacobian.seed, matrix, form)
     if isinstance(result, np.matrix):
         result = np.asarray(result)
     return make(_backend.asarray(result), jac.left_multiply(L, x._jacobian))
 
 
-def _constant_matrix(seed, matrix, transposed=False):
-    """``CSR.from_scipy(matrix)`` (of ``matrix.T``: ``transposed``), kept in the
-    seed's structure between evaluations.
+def _constant_matrix(seed, matrix, form=None):
+    """``CSR.from_scipy`` of ``matrix`` or of a ``form`` of it (see :func:`_form`:
+    the transpose, for ``x @ A``; the Kronecker products with an identity that
+    multiply a 2-d value's rows or columns), kept in the seed's structure
+    between evaluations.
 
-    The usual operator (a Laplacian, a mass matrix) is kept under its ``id``
-    with a weak reference, and found again only while it is the same object
-    with the same shape and the same arrays' contents (compared on every
-    read: its data or pattern may be written between two evaluations); its
-    transpose is kept with it.  A canonical CSR matrix is compared with its
-    kept CSR itself; the other formats whose arrays define them (CSC, COO,
-    DIA, as ``scipy.sparse.diags`` makes, BSR, and CSR with duplicates or
-    unsorted columns) with copies of their arrays kept beside it, so that
-    their conversion is not paid again at every evaluation.  Its kept CSR
-    names the products' patterns alike at every evaluation
-    (:func:`sparsegrad._jacobian._kept_product`).
+    The usual operator (a Laplacian, a mass matrix) is kept under the
+    addresses of the arrays that define it (so that ``A.T``, a new matrix
+    object on the memory of ``A``'s arrays at every call, is found too), and
+    found again only while they hold the same contents (compared on every
+    read: the data or pattern may be written between two evaluations, or
+    another matrix may have been made where a dead one was); its forms are
+    kept with it.  A canonical CSR matrix is kept at once and compared with
+    its kept CSR itself; the other formats whose arrays define them (CSC,
+    COO, DIA, as ``scipy.sparse.diags`` makes, BSR, and CSR with duplicates
+    or unsorted columns) from their second product on, with copies of their
+    arrays kept beside it, so that their conversion is not paid again at
+    every evaluation.  The kept CSR names the products' patterns alike at
+    every evaluation (:func:`sparsegrad._jacobian._kept_product`).
     """
     structure = seed.structure
     names = _DEFINING_ARRAYS.get(matrix.format)
     if not (structure.shared and names):
-        return jac.CSR.from_scipy(matrix.T if transposed else matrix)
+        return jac.CSR.from_scipy(_form(matrix, form))
     canonical = matrix.format == "csr" and matrix.has_canonical_format
     arrays = tuple(getattr(matrix, name) for name in names)
-    key = ("matrix", id(matrix))
+    key = ("matrix", matrix.format, matrix.shape) + tuple(
+        (a.__array_interface__["data"][0], a.dtype.str, a.shape, a.strides) for a in arrays)
     hit = _structure.recall(structure.matrices, key)
-    found = (hit is not None and hit[0]() is matrix and hit[2] == matrix.shape
-             and all(map(_same_array, arrays, hit[3] or (hit[1].indptr, hit[1].indices,
-                                                        hit[1].data))))
+    found = (hit is not None and hit[0] is not None
+             and all(map(_same_array, arrays, hit[1] or (hit[0].indptr, hit[0].indices,
+                                                        hit[0].data))))
     _structure.looked_up(found)
     if found:
-        L = hit[1]
+        L = hit[0]
+    elif not canonical and hit is None:
+        # (a matrix met once, or a new one at every call, as scipy's transpose
+        # of a DIA matrix: noted, holding nothing; converted as it is)
+        _structure.store(structure.matrices, key, (None, None), _MAX_MATRICES)
+        return jac.CSR.from_scipy(_form(matrix, form))
     else:
         L = jac.CSR.from_scipy(matrix)
         # (a canonical CSR's arrays are L's, in L's index dtype; other formats'
         # are copied as they are)
         copies = None if canonical else tuple(a.copy() for a in arrays)
-        _structure.store(structure.matrices, key,
-                         (weakref.ref(matrix), L, matrix.shape, copies), _MAX_MATRICES)
+        _structure.store(structure.matrices, key, (L, copies), _MAX_MATRICES)
         structure.keep(*L.arrays(), *(copies or ()))
-    if not transposed:
+    if form is None:
         return L
-    kept = _structure.recall(L.gathers, "transposed")
+    # (the forms of the matrix as it is now: kept with L, made again with a new L)
+    kept = _structure.recall(L.gathers, form)
     if kept is None:
-        kept = (None, jac.CSR.from_scipy(matrix.T))
-        _structure.store(L.gathers, "transposed", kept, 1)
+        kept = (None, jac.CSR.from_scipy(_form(matrix, form)))
+        _structure.store(L.gathers, form, kept, _MAX_FORMS)
         structure.keep(*kept[1].arrays())
     return kept[1]
+
+
+def _form(matrix, form):
+    """``matrix`` (None), its transpose (``"transposed"``), or the Kronecker
+    product ``A ⊗ I_m`` (``("kron", m)``: ``A @ X`` of an ``n x m`` value
+    ``X``, row-major) or ``I_m ⊗ A.T`` (``("kron transposed", m)``: ``X @ A``
+    of an ``m x n`` value)."""
+    if form is None:
+        return matrix
+    if form == "transposed":
+        return matrix.T
+    # (format="csr": the default BSR would store the zeros of each identity
+    # block, entries no element depends on)
+    identity = scipy.sparse.eye(form[1])
+    if form[0] == "kron":
+        return scipy.sparse.kron(matrix, identity, format="csr")
+    return scipy.sparse.kron(identity, matrix.T, format="csr")
+
+
+#: forms (transpose, Kronecker products) of one constant matrix kept with it
+_MAX_FORMS = 4
 
 
 #: constant matrices of products a seed's structure keeps (see _constant_matrix)

@@ -100,8 +100,9 @@ class Structure:
         codes))`` from its second merge on (see
         :func:`sparsegrad._jacobian._merge_by_plan`).
     matrices : dict
-        ``(weak reference to a scipy matrix, its CSR, its shape, copies of its
-        arrays or None for a canonical CSR)`` by the matrix's id: the constant
+        ``(a scipy matrix's CSR, copies of its arrays or None for a canonical
+        CSR)`` by its format, shape and the arrays' addresses (``(None,
+        None)`` for a matrix met once): the constant
         matrices of products ``A @ x`` (see
         :func:`sparsegrad._functions._constant_matrix`), compared with the
         matrix on every read.
@@ -171,8 +172,9 @@ class Structure:
                 matrices.extend(M for _, _, block in pieces for M in block if M is not None)
                 arrays.extend(plan[:2])
                 arrays.extend(plan[2])
-        for _, matrix, _, copies in list(self.matrices.values()):
-            matrices.append(matrix)
+        for matrix, copies in list(self.matrices.values()):
+            if matrix is not None:
+                matrices.append(matrix)
             arrays.extend(copies or ())
         for held, kept in list(self.products.values()):
             if kept is not None:

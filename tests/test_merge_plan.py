@@ -698,12 +698,72 @@ def test_a_constant_matrix_of_any_format_is_kept_and_compared(fresh_structure_ca
     np.testing.assert_array_equal(again.to_scipy(np.float64).toarray(), L.toarray())
 
 
+def test_products_with_2d_values_and_transposes_keep_their_forms(fresh_structure_cache):
+    # D @ U and U @ D.T of a 2-d value (Kronecker products with an identity),
+    # and u @ A.T, a new CSC matrix on A's arrays at every call: found again
+    # by the arrays, as the same kept matrices, until A is written in place
+    from sparsegrad import _functions
+    m = 6
+    D = _laplacian(m)
+    A = _laplacian(m * m)
+
+    def residual(u):
+        U = u.reshape(m, m)
+        return (D @ U + U @ D.T).ravel() * u + u @ A.T + np.exp(u)
+
+    x = np.linspace(0.0, 1.0, m * m)
+    forms = []
+    for _ in range(4):
+        _assert_same_merge_as_uncached(residual, x)
+        seed = forward.seed(x)._jacobian.seed
+        forms.append([_functions._constant_matrix(seed, D, ("kron", m)),
+                      _functions._constant_matrix(seed, D.T, ("kron transposed", m)),
+                      _functions._constant_matrix(seed, A.T, "transposed")])
+    assert all(a is b for later in forms[1:] for a, b in zip(later, forms[0]))
+    D.data[0] = 5.0
+    A.data[-1] = 7.0
+    for _ in range(3):
+        _assert_same_merge_as_uncached(residual, x)
+    seed = forward.seed(x)._jacobian.seed
+    again = [_functions._constant_matrix(seed, D, ("kron", m)),
+             _functions._constant_matrix(seed, A.T, "transposed")]
+    assert again[0] is not forms[0][0] and again[1] is not forms[0][2]
+    np.testing.assert_array_equal(again[1].to_scipy(np.float64).toarray(), A.toarray())
+
+
+@pytest.mark.parametrize("changing", [False, True])
+def test_a_new_matrix_at_every_call_is_read_as_it_is(fresh_structure_cache, changing):
+    # built inside the function, where the allocator may put it at the
+    # addresses of the last call's: found again only with equal contents
+    # (``changing``: other values at every call), and the cache stays bounded
+    import scipy.sparse
+    from sparsegrad import _functions
+    calls = [0]
+
+    def residual(u):
+        calls[0] += 1
+        diagonal = -2.0 - (calls[0] if changing else 0)
+        L = scipy.sparse.diags([np.ones(N - 1), np.full(N, diagonal), np.ones(N - 1)],
+                               [-1, 0, 1])
+        return L @ u + np.exp(u)
+
+    x = np.linspace(0.0, 1.0, N)
+    for _ in range(6):
+        got = residual(forward.seed(x)).dvalue
+        expected = np.diag(np.full(N, -2.0 - (calls[0] if changing else 0)) + np.exp(x)) \
+            + np.eye(N, k=1) + np.eye(N, k=-1)
+        np.testing.assert_array_equal(got.toarray(), expected)
+    structure = forward.seed(x)._jacobian.seed.structure
+    assert len(structure.matrices) <= _functions._MAX_MATRICES
+
+
 def test_a_constant_matrix_with_nan_values_is_found_again(fresh_structure_cache):
     # (NaN equals NaN for the kept copy: the conversion is not made at every call)
     from sparsegrad import _functions
     L = _laplacian(N, "dia")
     L.data[1, 3] = np.nan
     seed = forward.seed(np.zeros(N))._jacobian.seed
+    _functions._constant_matrix(seed, L)                    # (noted: not CSR)
     first = _functions._constant_matrix(seed, L)
     assert _functions._constant_matrix(seed, L) is first
     L.data[1, 3] = 0.0
