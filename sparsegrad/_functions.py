@@ -674,6 +674,9 @@ def _sparse_product(matrix, x, matrix_first):
     xv = x._value
     if xv.ndim > 2:
         raise unsupported("numpy.matmul", "a scipy sparse matrix times a >2-d forward value")
+    if len(matrix.shape) != 2:
+        raise unsupported("numpy.matmul", "a %d-d scipy sparse array; use a 2-d one, "
+                          "e.g. A.reshape(1, -1)" % len(matrix.shape))
     if matrix_first:
         result = matrix @ xv
         form = None if xv.ndim == 1 else ("kron", xv.shape[1])

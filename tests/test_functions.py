@@ -686,6 +686,20 @@ def test_constant_matrix_times_2d_forward():
     assert_jac(y, np.kron(dense, np.eye(2)), x0, rtol=1e-15, atol=0)
 
 
+@pytest.mark.skipif(not hasattr(sp, "coo_array"), reason="scipy without sparse arrays")
+def test_a_1d_scipy_sparse_array_is_refused_with_the_way_out():
+    x = forward.seed(np.arange(4.0))
+    try:
+        a = sp.coo_array(np.array([1.0, 0.0, 2.0, 0.0]))
+    except (ValueError, TypeError):
+        pytest.skip("this scipy has no 1-d sparse arrays")
+    if len(a.shape) != 1:
+        pytest.skip("this scipy has no 1-d sparse arrays")
+    for product in (lambda: a @ x, lambda: x @ a):
+        with pytest.raises(sparsegrad.UnsupportedOperationError, match="1-d scipy sparse"):
+            product()
+
+
 @pytest.mark.parametrize("side", ["A @ X", "X @ A"])
 def test_scipy_matrix_times_2d_forward_stores_only_dependencies(side):
     # entry (i, j) of A pairs column c of X with column c of the result only:
