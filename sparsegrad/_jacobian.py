@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _backend, _structure
 from ._fast._reference import _repeat
-from ._errors import SeedMismatchError
+from ._errors import DensificationError, SeedMismatchError
 
 INDEX_DTYPE = np.int64
 
@@ -901,8 +901,11 @@ def _gather(seed, M, rows, key):
             columns[_backend.to_device(rows.flat < 0, seed.backend)] = -1
         result = _selection(seed.size, columns, owned=True, first=first)
     else:
-        indptr, indices, data = seed.backend.kernels.gather_rows(
-            M.indptr, M.indices, M.data, rows.flat_on(seed.backend))
+        try:
+            indptr, indices, data = seed.backend.kernels.gather_rows(
+                M.indptr, M.indices, M.data, rows.flat_on(seed.backend))
+        except MemoryError as exc:
+            raise _too_dense(M, rows) from exc
         result = CSR((rows.size, seed.size), indptr, indices, data)
     if cache is not None:
         stored = copied = None
@@ -916,6 +919,21 @@ def _gather(seed, M, rows, key):
                          _MAX_SELECTIONS if M is None else _MAX_GATHERS)
         seed.structure.keep(copied, *result.arrays())
     return result
+
+
+def _too_dense(M, rows):
+    """The error for a gather of ``M``'s rows that memory cannot hold: usually a
+    dense row (a sum, a mean, a dot product) broadcast back over many
+    elements, whose Jacobian is dense."""
+    flat = rows.flat
+    lengths = M.indptr[1:] - M.indptr[:-1]
+    entries = int(lengths[flat[flat >= 0]].sum())
+    return DensificationError(
+        "the Jacobian of this broadcast or read would hold %d entries (%d rows of up "
+        "to %d entries, %.1f GiB), more than memory allows: it is dense, as a sum or "
+        "mean broadcast back over every element makes it (u - np.sum(u)); products "
+        "with such a Jacobian need no matrix: sparsegrad.jvp(f, x, v)"
+        % (entries, rows.size, int(lengths.max(initial=0)), entries * 16 / 2 ** 30))
 
 
 def take_rows(J, rows, key=None, may_be_empty=True):

@@ -1037,3 +1037,21 @@ def test_concatenate_in_order_shares_nothing_writable():
     y[1] = x[0] * 5                    # and one into the result
     assert_array_equal(a.value, [100.0, 4.0, 6.0, 8.0])
     assert_array_equal(x.value, x0)
+
+
+def test_a_dense_broadcast_that_memory_cannot_hold_names_itself(monkeypatch):
+    # u - np.sum(u): a dense row broadcast over every element, n x n entries;
+    # the gather's allocation failing (as at n = 2e5: 298 GiB) becomes a
+    # DensificationError that counts them and names the way out
+    from sparsegrad import _backend
+
+    def no_memory(*args):
+        raise MemoryError("Unable to allocate")
+
+    n = 50
+    u = forward.seed(np.linspace(0.0, 1.0, n))
+    total = np.sum(u)
+    monkeypatch.setattr(_backend.CPU.kernels, "gather_rows", no_memory)
+    with pytest.raises(sparsegrad.DensificationError, match="2500 entries.*jvp") as info:
+        u - total
+    assert isinstance(info.value.__cause__, MemoryError)
