@@ -153,13 +153,18 @@ cdef inline int _array_kind(object x):
     return -1
 
 
-cdef inline bint _is_index_array(object x):
-    """``x`` is already what :func:`_as_index` makes: a 1-d C-contiguous int64 ndarray."""
+cdef inline bint _is_vector_of(object x, int typenum):
+    """``x`` a 1-d C-contiguous native ndarray of numpy type number ``typenum``."""
     if type(x) is not np.ndarray:
         return False
     cdef cnp.ndarray a = <cnp.ndarray>x
-    return (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_TYPE(a) == cnp.NPY_INT64
+    return (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_TYPE(a) == typenum
             and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_ISNOTSWAPPED(a))
+
+
+cdef inline bint _is_index_array(object x):
+    """``x`` is already what :func:`_as_index` makes: a 1-d C-contiguous int64 ndarray."""
+    return _is_vector_of(x, cnp.NPY_INT64)
 
 
 cdef inline bint _is_values(object x, Py_ssize_t n):
@@ -3016,15 +3021,6 @@ def take(a, rows):
     return out
 
 
-cdef inline bint _is_int32_vector(object x):
-    """``x`` a 1-d C-contiguous native int32 ndarray (scipy's usual index dtype)."""
-    if type(x) is not np.ndarray:
-        return False
-    cdef cnp.ndarray a = <cnp.ndarray>x
-    return (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_TYPE(a) == cnp.NPY_INT32
-            and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_ISNOTSWAPPED(a))
-
-
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef bint _same_widened(Py_ssize_t n, const int32_t* a, const int64_t* b) noexcept nogil:
@@ -3050,10 +3046,10 @@ def same_index(a, b):
     cdef const void* pb
     cdef bint same
     cdef int kind_a, kind_b
-    if _is_int32_vector(a) and _is_index_array(b):
+    if _is_vector_of(a, cnp.NPY_INT32) and _is_index_array(b):
         a, b = b, a
-    if not ((_is_index_array(a) or _is_int32_vector(a))
-            and (_is_index_array(b) or _is_int32_vector(b))):
+    if not ((_is_index_array(a) or _is_vector_of(a, cnp.NPY_INT32))
+            and (_is_index_array(b) or _is_vector_of(b, cnp.NPY_INT32))):
         return _reference.same_index(a, b)
     n = cnp.PyArray_DIM(<cnp.ndarray>a, 0)
     if cnp.PyArray_DIM(<cnp.ndarray>b, 0) != n:
