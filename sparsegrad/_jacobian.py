@@ -508,16 +508,18 @@ def add(terms):
     """
     if len(terms) == 2:
         first, second = terms
-        if (first._zero is False and second._zero is False and first.seed is second.seed
-                and first._terms is not None and second._terms is not None
-                and not first.seed.pattern_only):
+        if (first._terms is not None and second._terms is not None
+                and first.seed is second.seed and not first.is_zero and not second.is_zero):
             # (the common case, two non-zero sums of terms, without the general
-            # path's checks: the loop below, with its order of terms)
+            # path's checks: the loop below, with its order of terms; in
+            # sparsity mode the first term of a matrix stands for it)
+            pattern_only = first.seed.pattern_only
             combined = {}
             for term in first._terms + second._terms:
                 key = id(term[2])
                 known = combined.get(key)
-                combined[key] = term if known is None else _combine(known, term)
+                combined[key] = term if known is None else (
+                    known if pattern_only else _combine(known, term))
             result = _built(first.seed, first.n_rows, tuple(combined.values()))
             if len(result._terms) > MAX_TERMS:
                 result._single()

@@ -296,8 +296,11 @@ def _common_operands(ufunc, inputs):
             if constants:
                 values = [v.copy() if any(v is c for c in constants) else v
                           for v in values]
-            first = jacobians[0]
-            union = first if all(J is first for J in jacobians) else jac.add(jacobians)
+            union = jacobians[0]
+            for J in jacobians[1:]:
+                if J is not union:
+                    union = jac.add(jacobians)
+                    break
             return make(Deferred(ufunc, values, shape, _FLOAT64), union)
         values = [compute(v) for v in values]  # (only sparsity mode defers values)
     out = ufunc(*values)
