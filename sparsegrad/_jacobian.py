@@ -973,7 +973,7 @@ def take_rows(J, rows, key=None, may_be_empty=True):
     for s, d, M in terms:
         if d is None:
             pass
-        elif by_index and type(d) is not tuple and type(d) is np.ndarray:
+        elif by_index and type(d) is np.ndarray:
             d = _backend.CPU.kernels.take(d, rows.flat)  # (a stencil's gather)
         elif type(d) is tuple and by_index:
             # (a pending pair gathered and multiplied in one pass)
