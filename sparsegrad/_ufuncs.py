@@ -210,7 +210,7 @@ def _differentiate(ufunc, forwards, values, out, constants):
                 partial = partial(*values, out)
                 if constants and any(partial is c for c in constants):
                     partial = partial.copy()
-            if type(partial) is np.ndarray and partial.shape == shape:
+            if type(partial) is np.ndarray and partial.ndim and partial.shape == shape:
                 partial = partial.ravel()  # (the common case: a partial of each element)
             elif getattr(partial, "ndim", 0) > 0:
                 if partial.shape != shape:

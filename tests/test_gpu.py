@@ -267,3 +267,17 @@ def test_program_on_a_real_gpu(cupy, name):  # pragma: no cover - needs a GPU
     expected = f(forward.seed(x0), np).dvalue
     np.testing.assert_allclose(J.toarray().get(), expected.toarray(), rtol=1e-13)
     assert sparsegrad.gpu.backend().name == "cuda"
+
+
+def test_a_0d_value_times_a_host_scalar_stays_on_the_device():
+    # a numpy scalar or 0-d array partial (the other factor of a product) is a
+    # number, never a one-element host vector beside device row factors
+    x0 = np.array([0.3, -0.2])
+    for const in (np.float64(1.5), np.asarray(1.5), 1.5):
+        def f(x):
+            return np.multiply(np.arctan(np.sum(x)), const) + np.sum(x) * const
+        expected = f(forward.seed(x0))
+        y = f(forward.seed(fake.asarray(x0)))
+        assert_matches_cpu(y, expected, rtol=1e-15)
+        np.testing.assert_allclose(expected.dvalue.toarray(),
+                                   np.full((1, 2), 1.5 / (1 + 0.1 ** 2) + 1.5))
