@@ -268,8 +268,50 @@ def _where(draw, rng, cur, hist):
     return "where(mask, %s, v)" % kind, lambda c, h: np.where(_here(mask, c), other(h), c)
 
 
+def _write(draw, rng, cur, hist):
+    """A residual assembled by index writes: ``w = zeros; w[key] = v[key] * s;
+    w[other] = const`` (a slice, an int or an index array along one axis)."""
+    axis = draw(st.integers(0, cur.ndim - 1))
+    n = cur.shape[axis]
+    lead = (slice(None),) * axis
+    kind = draw(st.sampled_from(["slice", "int", "intarray"]))
+    if kind == "slice":
+        start = draw(st.integers(0, n - 1))
+        key = lead + (slice(start, draw(st.integers(start + 1, n))),)
+    elif kind == "int":
+        key = lead + (draw(st.integers(-n, n - 1)),)
+    else:
+        key = lead + (rng.permutation(n)[:draw(st.integers(1, n))],)
+    other = lead + (draw(st.integers(-n, n - 1)),)
+    factor = float(_const(rng, ()))
+
+    def step(c, h):
+        w = np.zeros(c.shape, dtype=c.dtype, like=c)
+        w[_here(key, c)] = c[_here(key, c)] * factor
+        w[other] = 0.5
+        return w + c * c
+    return "w[%r] = v[...] * %.3g; w[%r] = 0.5; w + v*v" % (key, factor, other), step
+
+
+def _matrix(draw, rng, cur, hist):
+    """``A @ v`` or ``v @ A`` with a constant scipy matrix of a drawn format (1-d
+    and 2-d values)."""
+    fmt = draw(st.sampled_from(["csr", "csc", "coo", "dia", "bsr"]))
+    left = draw(st.booleans())
+    n = cur.shape[0] if left else cur.shape[-1]
+    m = draw(st.integers(1, 5))
+    shape = (m, n) if left else (n, m)
+    A = sp.random(*shape, density=0.6, random_state=rng, format=fmt,
+                  data_rvs=lambda k: _const(rng, k))
+    if left:
+        return "A%s(%s) @ v" % (shape, fmt), lambda c, h: A @ c
+    return "v @ A%s(%s)" % (shape, fmt), lambda c, h: c @ A
+
+
 @st.composite
-def programs(draw):
+def programs(draw, products=False):
+    """Random programs; ``products``: with constant scipy matrix products too
+    (host only: scipy matrices meet no device values)."""
     ndim = draw(st.integers(1, 3))
     shape = tuple(draw(st.integers(1, 4)) for _ in range(ndim))
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
@@ -280,7 +322,9 @@ def programs(draw):
     for _ in range(draw(st.integers(3, 8))):
         builders = [_unary, _binary_const, _binary_hist, _where]
         if cur.ndim:
-            builders += [_index, _permute, _reduce]
+            builders += [_index, _permute, _reduce, _write]
+        if products and 1 <= cur.ndim <= 2:
+            builders.append(_matrix)
         if cur.size <= MAX_SIZE and cur.ndim < 4:
             builders.append(_join)
         builders.append(_reshape)
@@ -319,7 +363,7 @@ SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_to
 
 
 @settings(**SETTINGS)
-@given(programs())
+@given(programs(products=True))
 def test_random_program(program):
     x0 = program.x0
     expected = program(x0.copy())
@@ -433,7 +477,7 @@ def test_random_program_with_pending_products_equals_eager_products(program):
 
 
 @settings(**SETTINGS)
-@given(programs(), st.integers(0, 2 ** 32 - 1))
+@given(programs(products=True), st.integers(0, 2 ** 32 - 1))
 def test_random_program_repeated_by_merge_plans_equals_merges(program, seed):
     """A program evaluated four times at other points: from the third evaluation
     on its merges go by the plans kept in the structure cache
