@@ -12,8 +12,8 @@ naming the numpy function, so a derivative is never silently dropped.
 >>> x = forward.seed(np.array([1.0, 2.0]))
 >>> y = np.exp(x) * x[::-1]
 >>> y.dvalue.toarray().round(3)
-array([[ 5.437,  2.718],
-       [ 7.389,  7.389]])
+array([[5.437, 2.718],
+       [7.389, 7.389]])
 """
 import numbers
 import operator

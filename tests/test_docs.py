@@ -118,3 +118,22 @@ def test_readme_test_command_is_what_ci_runs():
     assert len(test_command) == 1
     assert test_command[0] in script
     assert "SPARSEGRAD_PURE_PYTHON=1" in script
+
+
+def _modules():
+    import pkgutil
+    import sparsegrad
+    return sorted(info.name for info in pkgutil.walk_packages(sparsegrad.__path__,
+                                                               "sparsegrad.")
+                  if info.name not in ("sparsegrad._fast._kernels", "sparsegrad._fast._pool"))
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_every_module_docstring_example_runs_as_written(name):
+    # exactly as `pytest --doctest-modules sparsegrad` reads them (no whitespace
+    # normalisation): the printed results are numpy's own
+    import doctest
+    import importlib
+    module = importlib.import_module(name)
+    failures, _ = doctest.testmod(module, verbose=False, report=True)
+    assert failures == 0, name

@@ -105,7 +105,7 @@ class DeviceArray(np.ndarray):
     >>> isinstance(d, DeviceArray), d.__array_namespace__() is fake
     (True, True)
     >>> (d + 1.0).sum()
-    np.float64(2.0)
+    DeviceArray(2.)
     """
 
     def __array_namespace__(self, *, api_version=None):
