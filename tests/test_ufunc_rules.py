@@ -979,3 +979,16 @@ def test_matrix_class_operands_of_products_are_refused():
     # elementwise in numpy too: allowed, the same values
     np.testing.assert_array_equal((x + M).value, np.asarray(np.ones((2, 2)) + M))
     np.testing.assert_array_equal((M @ x).value, np.asarray(M @ np.ones((2, 2))))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("exponent", [2, np.int64(2), 2.0])
+def test_square_by_power_has_the_partial_2x_exactly(dtype, exponent):
+    # x**2's partial is computed as 2 * x (x**1 is x exactly): the same numbers
+    # as exponent * x**(exponent - 1), one pass fewer
+    from sparsegrad import forward
+    x0 = (np.linspace(-3.0, 3.0, 7) * (1 + 1j if dtype is np.complex128 else 1)).astype(dtype)
+    J = (forward.seed(x0) ** exponent).dvalue
+    expected = exponent * np.power(x0, exponent - 1)
+    np.testing.assert_array_equal(J.diagonal(), expected)
+    assert J.nnz == len(x0)
