@@ -101,11 +101,10 @@ class Structure:
         :func:`sparsegrad._jacobian._merge_by_plan`).
     matrices : dict
         ``(a scipy matrix's CSR, copies of its arrays or None for a canonical
-        CSR)`` by its format, shape and the arrays' addresses (``(None,
-        None)`` for a matrix met once): the constant
-        matrices of products ``A @ x`` (see
-        :func:`sparsegrad._functions._constant_matrix`), compared with the
-        matrix on every read.
+        CSR)`` by its format, shape and the arrays' addresses (``(None, None)``
+        for a matrix met once): the constant matrices of products ``A @ x``
+        (see :func:`sparsegrad._functions._constant_matrix`), compared with
+        the matrix on every read.
     products : dict
         Patterns of products of a constant matrix and a Jacobian's matrix,
         ``(the arrays naming both patterns, (indptr, indices))`` by their ids

@@ -720,12 +720,14 @@ def same_index(a, b):
 
     Examples
     --------
-    >>> same_index(np.array([2, 0, 1]), np.array([2, 0, 1])), same_index(np.array([2]), np.array([1]))
-    (True, False)
+    >>> a = np.array([2, 0, 1])
+    >>> same_index(a, a.copy()), same_index(a, np.array([2, 0, 3])), same_index(a, a[:2])
+    (True, False, False)
     """
     if a.shape != b.shape:
         return False
     return bool((a == b).all())
+
 
 def selection_csr(columns):
     """``indptr, indices`` of the selection whose row ``r`` holds one entry at ``columns[r]``.
