@@ -35,6 +35,10 @@ __all__ = ["row_index", "Assembly"]
 #: up to this many pieces are gathered one by one; more are stacked and gathered once
 _FEW_PIECES = 8
 
+#: an assembly of fewer runs of consecutive rows of its pieces than this is
+#: stacked from them (slice writes: one merge, as a concatenation)
+_MAX_RUNS = 64
+
 
 def row_index(shape, xp=np):
     """``arange(size).reshape(shape)``: the Jacobian row of every element (a read-only view).
@@ -43,6 +47,16 @@ def row_index(shape, xp=np):
     index arrays that live there).
     """
     return jac._arange(math.prod(shape), xp).reshape(shape)
+
+
+def _as_slice(rows, n):
+    """``rows`` as a slice when they are consecutive row numbers (a slice write:
+    a view of the row numbers ``0 .. n - 1``), for assignments without an index."""
+    if (type(rows) is np.ndarray and rows.ndim == 1 and rows.size
+            and rows.base is jac._arange(n) and rows.strides == (rows.itemsize,)):
+        start = int(rows[0])
+        return slice(start, start + rows.size)
+    return rows
 
 
 class Assembly:
@@ -66,6 +80,7 @@ class Assembly:
 
     def write(self, rows, piece, piece_rows):
         """Rows ``rows`` now come from rows ``piece_rows`` of ``piece`` (``None``: zero)."""
+        rows = _as_slice(rows, self.n_rows)
         if piece is None or piece.is_zero:
             self.owner[rows] = -1
             return
@@ -81,6 +96,13 @@ class Assembly:
 
     def _assembled(self, owner, position):
         """The Jacobian whose row ``r`` is row ``position[r]`` of piece ``owner[r]``."""
+        if len(owner) > 1:
+            # runs of rows taken from consecutive rows of one piece (slice
+            # writes): few of them are stacked as blocks, merged in one pass
+            breaks = np.flatnonzero((owner[1:] != owner[:-1])
+                                    | (position[1:] != position[:-1] + 1)) + 1
+            if len(breaks) < _MAX_RUNS:
+                return self._stacked_runs(owner, position, breaks)
         # pieces owning at least one row, in O(rows) (owner -1 means a zero row)
         used = np.flatnonzero(np.bincount(owner + 1, minlength=len(self.pieces) + 1)[1:])
         if len(used) == 0:
@@ -95,6 +117,28 @@ class Assembly:
         offsets[used] = np.cumsum([0] + [self.pieces[k].n_rows for k in used[:-1]])
         global_rows = np.where(owner >= 0, offsets[np.maximum(owner, 0)] + position, -1)
         return jac.take_rows(stacked, global_rows)
+
+    def _stacked_runs(self, owner, position, breaks):
+        """The assembled Jacobian as blocks, one per run of rows between ``breaks``:
+        a piece's consecutive rows (read by a slice, whose gathers the
+        structure keeps as a basic read's), or zero rows."""
+        starts = [0] + breaks.tolist()
+        ends = starts[1:] + [len(owner)]
+        blocks = []
+        for a, b in zip(starts, ends):
+            k = int(owner[a])
+            piece = self.pieces[k] if k >= 0 else None
+            if piece is None or piece.is_zero:
+                blocks.append(jac.zero(self.seed, b - a))
+                continue
+            first = int(position[a])
+            if first == 0 and b - a == piece.n_rows:
+                blocks.append(piece)
+                continue
+            rows = jac._arange(piece.n_rows)[first:first + b - a]
+            key = ((piece.n_rows,), (first, first + b - a, 1))  # (as _value._slice_key)
+            blocks.append(jac.take_rows(piece, rows, key, may_be_empty=False))
+        return blocks[0] if len(blocks) == 1 else jac.Jacobian.stacked(self.seed, blocks)
 
     def _piece_rows(self, k, rows):
         """``take_rows`` of piece ``k`` (rows ``-1`` where it owns none), its row
