@@ -722,8 +722,12 @@ _MAX_PRODUCTS = 64
 #: final one and those that products with matrices need) all fit
 _MAX_PLANS = 64
 
+#: gathers from the identity a seed's structure keeps, and gathers from one
+#: matrix that the matrix keeps (least recently used first out: fewer than the
+#: distinct reads of one value per evaluation, as a 9-point stencil's, would
+#: evict each at every evaluation and no merge would find its plan)
 _MAX_SELECTIONS = 256
-_MAX_GATHERS = 8
+_MAX_GATHERS = 16
 
 
 def _selection(n_cols, rows, owned=False, first=None):

@@ -624,11 +624,15 @@ def jacobian_of(x):
 
 
 def broadcast_jacobian(x, shape):
-    """Jacobian of ``np.broadcast_to(x, shape)``: a row gather."""
-    if x.shape == tuple(shape):
+    """Jacobian of ``np.broadcast_to(x, shape)``: a row gather, shared by every
+    broadcast of the same shapes (``u - u[0]``: the gather is cached, so
+    repeated evaluations name the same matrices and merge by plans)."""
+    shape = tuple(shape)
+    if x.shape == shape:
         return x._jacobian
     rows = np.broadcast_to(row_index(x.shape), shape)
-    return jac.take_rows(x._jacobian, rows)
+    # (the rows are decided by the two shapes: an exact key)
+    return jac.take_rows(x._jacobian, rows, ("broadcast", x.shape, shape))
 
 
 def check_inexact_seed(name, forwards):
