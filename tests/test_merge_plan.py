@@ -841,3 +841,92 @@ def test_an_assembled_residual_goes_by_plans_and_sees_a_new_layout(fresh_structu
     for flip in [True, True, False, True, False]:
         branch[0] = flip
         _assert_same_merge_as_uncached(residual, np.linspace(0.5, 1.5, N))
+
+
+def _fields_by_writes(u, n, overlap=False):
+    """Three fields' residuals written into one array, slice by slice (9 pieces),
+    ``overlap``: the boundary rows written twice (a later write wins)."""
+    F = np.zeros(3 * n, dtype=u.dtype, like=u)
+    for k in range(3):
+        f, o = u[k * n:(k + 1) * n], k * n
+        F[o + 1:o + n - 1] = f[2:] - 2.0 * f[1:-1] + f[:-2] + f[1:-1] ** 2
+        if overlap:
+            F[o:o + 3] = f[:3] * 2.0
+        F[o] = f[0] - 1.0
+        F[o + n - 1] = f[-1] * f[-2]
+    return F
+
+
+def _fields_by_concatenate(u, n):
+    parts = []
+    for k in range(3):
+        f = u[k * n:(k + 1) * n]
+        parts += [f[:1] - 1.0, f[2:] - 2.0 * f[1:-1] + f[:-2] + f[1:-1] ** 2, f[-1:] * f[-2:-1]]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_slice_writes_are_stacked_like_a_concatenation(fresh_structure_cache, overlap,
+                                                       monkeypatch):
+    # an assembly of runs of consecutive rows (slice writes) is stacked from
+    # its pieces' rows and merged once, by a plan from the third evaluation:
+    # the Jacobian of the same residual written with np.concatenate, bit for bit
+    from sparsegrad import _fast
+    fills = []
+    original = _fast.kernels.fill_scaled
+    monkeypatch.setattr(_fast.kernels, "fill_scaled",
+                        lambda *args: fills.append(1) or original(*args))
+    n = 12
+    by_writes = lambda u: _fields_by_writes(u, n, overlap)              # noqa: E731
+    for k in range(4):
+        x = np.linspace(0.5, 1.5, 3 * n) + 0.1 * k
+        _assert_same_merge_as_uncached(by_writes, x)
+        if not overlap:
+            got, expected = (f(forward.seed(x)).dvalue for f in
+                             (by_writes, lambda u: _fields_by_concatenate(u, n)))
+            for name in ("indptr", "indices", "data"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(expected, name))
+    assert fills
+
+
+def test_scattered_writes_are_assembled_by_pieces(fresh_structure_cache):
+    # more runs than _MAX_RUNS (every other row from another piece): the
+    # gathers of the pieces into place, as before
+    from sparsegrad import _indexing
+    n = 2 * _indexing._MAX_RUNS + 8
+
+    def residual(u):
+        F = np.zeros(n, dtype=u.dtype, like=u)
+        F[::2] = u[::2] ** 2
+        F[1::2] = np.exp(u[1::2]) * u[::2]
+        return F
+
+    for k in range(3):
+        _assert_same_merge_as_uncached(residual, np.linspace(0.5, 1.5, n) + 0.1 * k)
+
+
+@pytest.mark.parametrize("program", ["broadcast", "nine-point"])
+def test_broadcasts_and_wide_stencils_keep_their_gathers(fresh_structure_cache, program,
+                                                         monkeypatch):
+    # u - u[0] (a 0-d value broadcast: keyed by the two shapes) and a 9-point
+    # stencil on an intermediate value (nine gathers from each of its matrices):
+    # the same matrices at every evaluation, so the final merge finds its plan
+    from sparsegrad import _fast
+    fills = []
+    original = _fast.kernels.fill_scaled
+    monkeypatch.setattr(_fast.kernels, "fill_scaled",
+                        lambda *args: fills.append(1) or original(*args))
+    n = 40
+    weights = [1 / 280, -4 / 105, 1 / 5, -4 / 5, 0.0, 4 / 5, -1 / 5, 4 / 105, -1 / 280]
+
+    def residual(u):
+        if program == "broadcast":
+            return (u - u[0]) * u + u[-1]
+        f = u[1:-1] * u[1:-1]  # (its matrix a selection of u's, gathered from nine times)
+        return sum(w * f[k:n - 10 + k] for k, w in enumerate(weights)) + np.exp(u[5:-5])
+
+    counts = []
+    for k in range(5):
+        _assert_same_merge_as_uncached(residual, np.linspace(0.5, 1.5, n) + 0.1 * k)
+        counts.append(len(fills))
+    assert counts[-1] > counts[-2] > 0
