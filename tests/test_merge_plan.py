@@ -506,16 +506,18 @@ def _uncached_jacobian(x):
         sparsegrad.structure_cache_limit(limit)
 
 
-def test_repeated_evaluation_filled_by_a_plan(fresh_structure_cache, monkeypatch):
+@pytest.fixture
+def fills(monkeypatch):
+    """A list that grows by one at every call of the kernels' ``fill_scaled``."""
     from sparsegrad import _fast
-    fills = []
+    calls = []
     original = _fast.kernels.fill_scaled
+    monkeypatch.setattr(_fast.kernels, "fill_scaled",
+                        lambda *args: calls.append(1) or original(*args))
+    return calls
 
-    def counting_fill(*args):
-        fills.append(1)
-        return original(*args)
 
-    monkeypatch.setattr(_fast.kernels, "fill_scaled", counting_fill)
+def test_repeated_evaluation_filled_by_a_plan(fresh_structure_cache, fills):
     rng = np.random.default_rng(7)
     points = [rng.uniform(-1, 1, N) for _ in range(4)]
     jacobians, held, filled = [], [], []
@@ -550,15 +552,10 @@ def test_repeated_evaluation_filled_by_a_plan(fresh_structure_cache, monkeypatch
     assert len(fills) == 7             # (no plan with the cache off)
 
 
-def test_no_plan_that_would_pass_the_cache_limit(fresh_structure_cache, monkeypatch):
+def test_no_plan_that_would_pass_the_cache_limit(fresh_structure_cache, fills):
     # a limit that holds the structure of the evaluation but not its plan: the
     # merges go on merging, and the structure is not forgotten (a plan kept
     # past the limit would empty the cache at every other evaluation)
-    from sparsegrad import _fast
-    fills = []
-    original = _fast.kernels.fill_scaled
-    monkeypatch.setattr(_fast.kernels, "fill_scaled",
-                        lambda *args: fills.append(1) or original(*args))
     x0 = np.linspace(-1, 1, N)
     _jacobian(x0)                      # (its merge only noted)
     plain = sparsegrad.structure_cache_info().held_bytes
@@ -634,14 +631,9 @@ def _operator_residual(L):
     return lambda u: L @ (u ** 2) + L @ u[east] + u * u[east] + np.exp(u) @ L
 
 
-def test_products_with_a_kept_matrix_go_by_plans(fresh_structure_cache, monkeypatch):
+def test_products_with_a_kept_matrix_go_by_plans(fresh_structure_cache, fills):
     # the constant matrix and the product patterns are kept, so the final merge
     # is named alike at every evaluation and goes by a plan from the fourth on
-    from sparsegrad import _fast
-    fills = []
-    original = _fast.kernels.fill_scaled
-    monkeypatch.setattr(_fast.kernels, "fill_scaled",
-                        lambda *args: fills.append(1) or original(*args))
     residual = _operator_residual(_laplacian(N))
     counts = []
     for k in range(5):
@@ -822,15 +814,10 @@ def _assembled_residual(branch):
 
 
 def test_an_assembled_residual_goes_by_plans_and_sees_a_new_layout(fresh_structure_cache,
-                                                                   monkeypatch):
+                                                                   fills):
     # the same writes at every evaluation: the gathers into place are cached and
     # the final merge is filled by a plan; writes laid out otherwise (a branch)
     # are assembled afresh, never from the kept row numbers
-    from sparsegrad import _fast
-    fills = []
-    original = _fast.kernels.fill_scaled
-    monkeypatch.setattr(_fast.kernels, "fill_scaled",
-                        lambda *args: fills.append(1) or original(*args))
     branch = [False]
     residual = _assembled_residual(branch)
     counts = []
@@ -867,15 +854,10 @@ def _fields_by_concatenate(u, n):
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_slice_writes_are_stacked_like_a_concatenation(fresh_structure_cache, overlap,
-                                                       monkeypatch):
+                                                       fills):
     # an assembly of runs of consecutive rows (slice writes) is stacked from
     # its pieces' rows and merged once, by a plan from the third evaluation:
     # the Jacobian of the same residual written with np.concatenate, bit for bit
-    from sparsegrad import _fast
-    fills = []
-    original = _fast.kernels.fill_scaled
-    monkeypatch.setattr(_fast.kernels, "fill_scaled",
-                        lambda *args: fills.append(1) or original(*args))
     n = 12
     by_writes = lambda u: _fields_by_writes(u, n, overlap)              # noqa: E731
     for k in range(4):
@@ -907,15 +889,10 @@ def test_scattered_writes_are_assembled_by_pieces(fresh_structure_cache):
 
 @pytest.mark.parametrize("program", ["broadcast", "nine-point"])
 def test_broadcasts_and_wide_stencils_keep_their_gathers(fresh_structure_cache, program,
-                                                         monkeypatch):
+                                                         fills):
     # u - u[0] (a 0-d value broadcast: keyed by the two shapes) and a 9-point
     # stencil on an intermediate value (nine gathers from each of its matrices):
     # the same matrices at every evaluation, so the final merge finds its plan
-    from sparsegrad import _fast
-    fills = []
-    original = _fast.kernels.fill_scaled
-    monkeypatch.setattr(_fast.kernels, "fill_scaled",
-                        lambda *args: fills.append(1) or original(*args))
     n = 40
     weights = [1 / 280, -4 / 105, 1 / 5, -4 / 5, 0.0, 4 / 5, -1 / 5, 4 / 105, -1 / 280]
 
