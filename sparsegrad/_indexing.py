@@ -51,9 +51,10 @@ def row_index(shape, xp=np):
 
 def _as_slice(rows, n):
     """``rows`` as a slice when they are consecutive row numbers (a slice write:
-    a view of the row numbers ``0 .. n - 1``), for assignments without an index."""
-    if (type(rows) is np.ndarray and rows.ndim == 1 and rows.size
-            and rows.base is jac._arange(n) and rows.strides == (rows.itemsize,)):
+    a view of the row numbers ``0 .. n - 1``; one row), for assignments without
+    an index."""
+    if type(rows) is np.ndarray and rows.ndim == 1 and (rows.size == 1 or (
+            rows.size and rows.base is jac._arange(n) and rows.strides == (rows.itemsize,))):
         start = int(rows[0])
         return slice(start, start + rows.size)
     return rows
@@ -64,27 +65,77 @@ class Assembly:
 
     ``pieces[k]`` is a Jacobian; row ``r`` of the assembled Jacobian is row
     ``position[r]`` of ``pieces[owner[r]]``, or a zero row when ``owner[r] == -1``.
+    While every write is a slice taken from consecutive rows of its piece
+    (``F[1:-1] = ...; F[0] = ...``), the rows are kept as runs instead, a few
+    ``(start, stop, piece, first row of the piece)`` in order, and ``owner``
+    and ``position`` are made from them only when a write or a read needs
+    them: writes then cost no pass over the rows.
     """
 
-    __slots__ = ("seed", "pieces", "owner", "position")
+    __slots__ = ("seed", "pieces", "n_rows", "_runs", "_owner", "_position")
 
     def __init__(self, base):
         self.seed = base.seed
         self.pieces = [base]
-        self.owner = np.zeros(base.n_rows, dtype=INDEX_DTYPE)
-        self.position = np.arange(base.n_rows, dtype=INDEX_DTYPE)
+        self.n_rows = base.n_rows
+        self._runs = [(0, base.n_rows, 0, 0)]
+        self._owner = self._position = None
 
     @property
-    def n_rows(self):
-        return len(self.owner)
+    def owner(self):
+        self._to_arrays()
+        return self._owner
+
+    @property
+    def position(self):
+        self._to_arrays()
+        return self._position
+
+    def _to_arrays(self):
+        """``owner`` and ``position`` from the runs, once (later writes go to them)."""
+        if self._runs is None:
+            return
+        owner = np.empty(self.n_rows, dtype=INDEX_DTYPE)
+        position = np.empty(self.n_rows, dtype=INDEX_DTYPE)
+        for start, stop, k, first in self._runs:
+            owner[start:stop] = k
+            position[start:stop] = np.arange(first, first + stop - start)
+        self._owner, self._position, self._runs = owner, position, None
+
+    def _paint(self, start, stop, k, first):
+        """Rows ``start .. stop - 1`` now from rows ``first ..`` of piece ``k``."""
+        runs = []
+        for a, b, j, f in self._runs:
+            if b <= start or a >= stop:
+                runs.append((a, b, j, f))
+                continue
+            if a < start:
+                runs.append((a, start, j, f))
+            if b > stop:
+                runs.append((stop, b, j, f + (stop - a)))
+        runs.append((start, stop, k, first))
+        runs.sort()
+        self._runs = runs
 
     def write(self, rows, piece, piece_rows):
         """Rows ``rows`` now come from rows ``piece_rows`` of ``piece`` (``None``: zero)."""
         rows = _as_slice(rows, self.n_rows)
-        if piece is None or piece.is_zero:
+        zero = piece is None or piece.is_zero
+        if not zero:
+            jac.common_seed([self.pieces[0], piece])
+        if self._runs is not None and type(rows) is slice:
+            source = None if zero else _as_slice(piece_rows, piece.n_rows)
+            if zero or type(source) is slice:
+                self._paint(rows.start, rows.stop, -1 if zero else len(self.pieces),
+                            0 if zero else source.start)
+                if not zero:
+                    self.pieces.append(piece)
+                if len(self._runs) > _MAX_RUNS:
+                    self._to_arrays()
+                return
+        if zero:
             self.owner[rows] = -1
             return
-        jac.common_seed([self.pieces[0], piece])
         self.owner[rows] = len(self.pieces)
         self.position[rows] = piece_rows
         self.pieces.append(piece)
@@ -102,7 +153,10 @@ class Assembly:
             breaks = np.flatnonzero((owner[1:] != owner[:-1])
                                     | (position[1:] != position[:-1] + 1)) + 1
             if len(breaks) < _MAX_RUNS:
-                return self._stacked_runs(owner, position, breaks)
+                starts = [0] + breaks.tolist()
+                ends = starts[1:] + [len(owner)]
+                return self._stacked([(a, b, int(owner[a]), int(position[a]))
+                                      for a, b in zip(starts, ends)])
         # pieces owning at least one row, in O(rows) (owner -1 means a zero row)
         used = np.flatnonzero(np.bincount(owner + 1, minlength=len(self.pieces) + 1)[1:])
         if len(used) == 0:
@@ -118,26 +172,24 @@ class Assembly:
         global_rows = np.where(owner >= 0, offsets[np.maximum(owner, 0)] + position, -1)
         return jac.take_rows(stacked, global_rows)
 
-    def _stacked_runs(self, owner, position, breaks):
-        """The assembled Jacobian as blocks, one per run of rows between ``breaks``:
-        a piece's consecutive rows (read by a slice, whose gathers the
-        structure keeps as a basic read's), or zero rows."""
-        starts = [0] + breaks.tolist()
-        ends = starts[1:] + [len(owner)]
+    def _stacked(self, runs):
+        """The assembled Jacobian as blocks, one per run ``(start, stop, piece,
+        first row of the piece)``: a piece's consecutive rows (read by a slice,
+        whose gathers the structure keeps as a basic read's), or zero rows."""
         blocks = []
-        for a, b in zip(starts, ends):
-            k = int(owner[a])
+        for a, b, k, first in runs:
             piece = self.pieces[k] if k >= 0 else None
             if piece is None or piece.is_zero:
                 blocks.append(jac.zero(self.seed, b - a))
                 continue
-            first = int(position[a])
             if first == 0 and b - a == piece.n_rows:
                 blocks.append(piece)
                 continue
             rows = jac._arange(piece.n_rows)[first:first + b - a]
             key = ((piece.n_rows,), (first, first + b - a, 1))  # (as _value._slice_key)
             blocks.append(jac.take_rows(piece, rows, key, may_be_empty=False))
+        if not blocks:
+            return jac.zero(self.seed, self.n_rows)
         return blocks[0] if len(blocks) == 1 else jac.Jacobian.stacked(self.seed, blocks)
 
     def _piece_rows(self, k, rows):
@@ -167,4 +219,6 @@ class Assembly:
         return jac.take_rows(piece, rows, ("array", (piece.n_rows,), id(rows)))
 
     def materialize(self):
+        if self._runs is not None:
+            return self._stacked(self._runs)
         return self._assembled(self.owner, self.position)
