@@ -751,3 +751,51 @@ def test_many_index_arrays_read_from_one_seed():
     assert len(x._jacobian.seed.structure.index_rows) <= jac.MAX_INDEX_ROWS
     assert_allclose(y.dvalue.toarray(), numerical_jacobian(f, x0, method="complex"),
                     rtol=1e-12, atol=1e-12)
+
+
+def test_slice_writes_are_kept_as_runs_until_something_needs_rows():
+    # slice and single-row writes paint runs (a later write wins where they
+    # overlap); a scattered write, a read of the pending assembly or too many
+    # runs make the owner and position arrays, and every way gives the same
+    # Jacobian as numpy-style writes into a dense reference
+    from sparsegrad._indexing import Assembly, _MAX_RUNS
+    n = 12
+    x0 = np.linspace(0.5, 1.7, n)
+
+    def program(u, scattered=False, read=False, many=False):
+        F = np.zeros(n, dtype=u.dtype, like=u)
+        F[2:9] = u[1:8] * 2.0
+        F[4:6] = u[:2] ** 2                # (splits the run above in two)
+        F[0] = u[-1] * u[0]
+        F[8:] = 3.0                        # (a constant: zero rows)
+        if read:
+            F = F[1:7] * F[3:9]
+        if scattered:
+            F[[1, 10]] = u[[5, 6]]
+        if many:
+            for k in range(n):
+                F[k:k + 1] = u[(k * 5) % n] * (k + 1.0)
+        return F
+
+    for options in [{}, {"scattered": True}, {"read": True}, {"many": True}]:
+        y = program(forward.seed(x0), **options)
+        runs = y._jac._runs if isinstance(y._jac, Assembly) else None
+        if options == {}:
+            assert runs is not None and len(runs) == 6   # (F[0], 1, 2:4, 4:6, 6:8, 8:)
+        if options in ({"scattered": True}, {"read": True}):
+            assert runs is None or options == {"read": True}
+        assert_allclose(_dense(y), numerical_jacobian(lambda u: program(u, **options), x0),
+                        rtol=1e-9, atol=1e-12)
+    # more runs than _MAX_RUNS: the arrays from then on
+    m = 2 * _MAX_RUNS + 3
+    x1 = np.linspace(0.5, 1.7, m)
+
+    def alternating(u):
+        F = np.zeros(m, dtype=u.dtype, like=u)
+        for k in range(0, m, 2):
+            F[k] = u[m - 1 - k] * (k + 1.0)
+        return F
+
+    y = alternating(forward.seed(x1))
+    assert isinstance(y._jac, Assembly) and y._jac._runs is None
+    assert_allclose(_dense(y), numerical_jacobian(alternating, x1), rtol=1e-9, atol=1e-12)
