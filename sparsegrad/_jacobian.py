@@ -419,45 +419,33 @@ def _built(seed, n_rows, terms):
 
 def scale(J, factor):
     """``diag(factor) @ J``; ``factor`` is a scalar or a vector with one entry per row."""
-    terms = J._terms
-    if terms is not None and not J.seed.pattern_only and not J.is_zero:
-        # (the common cases first, without the checks below: a partial derivative
-        # of one entry per row, or a number)
-        kind = type(factor)
-        if kind is np.ndarray and factor.ndim == 1:
-            return _built(J.seed, J.n_rows, tuple([(s, _times(d, factor), M)
-                                                   for s, d, M in terms]))
-        if kind is float or kind is np.float64 or kind is int:
-            if factor == 1:
-                return J
-            # (an int partial, x - y's -1, as a float: see below)
-            factor = float(factor) if kind is int else factor
-            return _built(J.seed, J.n_rows, tuple([(s * factor, d, M)
-                                                   for s, d, M in terms]))
     if J.seed.pattern_only or J.is_zero:
         return J
-    if type(factor) is np.ndarray and factor.ndim == 1:
+    kind = type(factor)
+    vector = kind is np.ndarray and factor.ndim == 1
+    if vector:
         pass  # (the common case: a partial derivative of one row per element)
+    elif kind is float or kind is np.float64:
+        if factor == 1:
+            return J
     elif _is_vector(factor) or isinstance(factor, (list, tuple)):
         factor = _backend.asarray(factor).reshape(-1)
+        vector = True
     elif factor == 1:
         return J
     elif isinstance(factor, (int, np.integer)) and not isinstance(factor, bool):
-        # an integer partial (x * 2**62): the terms' scalars are floats, as the
-        # Jacobian's values are; an np.int64 scalar would wrap around
+        # an integer partial (x * 2**62, x - y's -1): the terms' scalars are
+        # floats, as the Jacobian's values are; an np.int64 scalar would wrap around
         factor = float(factor)
     if J._blocks is not None:  # scale block by block: the stack stays unmerged
         return Jacobian.stacked(J.seed, [
-            scale(block, factor[first:first + block.n_rows] if _is_vector(factor)
-                  else factor)
+            scale(block, factor[first:first + block.n_rows] if vector else factor)
             for first, block in J.pieces()])
-    if not _is_vector(factor):
-        terms = tuple((s * factor, d, M) for s, d, M in J.terms)
+    if vector:
+        terms = tuple([(s, _times(d, factor), M) for s, d, M in J._terms])
     else:
-        terms = tuple((s, _times(d, factor), M) for s, d, M in J.terms)
-    result = Jacobian(J.seed, J.n_rows, terms=terms)
-    result._zero = False  # the same matrices as J, which is not zero
-    return result
+        terms = tuple([(s * factor, d, M) for s, d, M in J._terms])
+    return _built(J.seed, J.n_rows, terms)  # (the same matrices as J, which is not zero)
 
 
 def _csr_arrays(n_rows, matrix, xp=np):
@@ -510,20 +498,8 @@ def add(terms):
         first, second = terms
         if (first._terms is not None and second._terms is not None
                 and first.seed is second.seed and not first.is_zero and not second.is_zero):
-            # (the common case, two non-zero sums of terms, without the general
-            # path's checks: the loop below, with its order of terms; in
-            # sparsity mode the first term of a matrix stands for it)
-            pattern_only = first.seed.pattern_only
-            combined = {}
-            for term in first._terms + second._terms:
-                key = id(term[2])
-                known = combined.get(key)
-                combined[key] = term if known is None else (
-                    known if pattern_only else _combine(known, term))
-            result = _built(first.seed, first.n_rows, tuple(combined.values()))
-            if len(result._terms) > MAX_TERMS:
-                result._single()
-            return result
+            # (the common case, two non-zero sums of terms: none of the checks below)
+            return _summed(first.seed, first.n_rows, terms)
     seed = common_seed(terms)
     n_rows = terms[0].n_rows
     live = [J for J in terms if not J.is_zero]
@@ -534,17 +510,22 @@ def add(terms):
         if all(r == rows[0] for r in rows[1:]):  # same stacking: add block by block
             return Jacobian.stacked(seed, [add(list(blocks))
                                            for blocks in zip(*(J._blocks for J in live))])
+    return _summed(seed, n_rows, live)
+
+
+def _summed(seed, n_rows, jacobians):
+    """The sum of non-zero ``jacobians``: terms of one matrix combined (in sparsity
+    mode the first stands for them), merged when there are more than
+    :data:`MAX_TERMS`."""
     combined = {}
-    for J in live:
+    for J in jacobians:
         for term in J.terms:
             key = id(term[2])
-            if key not in combined:
-                combined[key] = term
-            elif not seed.pattern_only:
-                combined[key] = _combine(combined[key], term)
-    result = Jacobian(seed, n_rows, terms=combined.values())
-    result._zero = False  # holds the matrices of non-zero operands
-    if len(result.terms) > MAX_TERMS:
+            known = combined.get(key)
+            combined[key] = term if known is None else (
+                known if seed.pattern_only else _combine(known, term))
+    result = _built(seed, n_rows, tuple(combined.values()))  # (the operands' matrices)
+    if len(result._terms) > MAX_TERMS:
         result._single()
     return result
 
@@ -977,8 +958,6 @@ def take_rows(J, rows, key=None, may_be_empty=True):
     for s, d, M in terms:
         if d is None:
             pass
-        elif by_index and type(d) is np.ndarray:
-            d = _backend.CPU.kernels.take(d, rows.flat)  # (a stencil's gather)
         elif type(d) is tuple and by_index:
             # (a pending pair gathered and multiplied in one pass)
             backend = _backend.of(d[0])
