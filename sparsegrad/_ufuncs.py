@@ -210,18 +210,13 @@ def _differentiate(ufunc, forwards, values, out, constants):
                 partial = partial(*values, out)
                 if constants and any(partial is c for c in constants):
                     partial = partial.copy()
-            if type(partial) is np.ndarray and partial.ndim and partial.shape == shape:
-                partial = partial.ravel()  # (the common case: a partial of each element)
-            elif getattr(partial, "ndim", 0) > 0:
+            if getattr(partial, "ndim", 0) > 0:
                 if partial.shape != shape:
                     partial = np.broadcast_to(partial, shape)
                 partial = partial.ravel()
             elif not isinstance(partial, (int, float)):
                 partial = partial[()] if isinstance(partial, np.ndarray) else partial
-            J = x._jac
-            if type(J) is not jac.Jacobian or x._raw.shape != shape:
-                J = broadcast_jacobian(x, shape)  # (pending writes, a broadcast)
-            terms.append(jac.scale(J, partial))
+            terms.append(jac.scale(broadcast_jacobian(x, shape), partial))
     return make(out, terms[0] if len(terms) == 1 else jac.add(terms))
 
 
@@ -287,7 +282,7 @@ def _common_operands(ufunc, inputs):
         values.append(x)
     if not forwards or len(inputs) != ufunc.nin:
         return None
-    jacobians = [x._jac if type(x._jac) is jac.Jacobian else x._jacobian for _, x in forwards]
+    jacobians = [x._jacobian for _, x in forwards]
     if jac.common_seed(jacobians).pattern_only:
         if None not in partials:  # (ldexp's integer exponent: numpy checks it now)
             # sparsity mode: the value when it is read (float64, as below), from

@@ -628,7 +628,7 @@ def broadcast_jacobian(x, shape):
     broadcast of the same shapes (``u - u[0]``: the gather is cached, so
     repeated evaluations name the same matrices and merge by plans)."""
     shape = tuple(shape)
-    if x.shape == shape:
+    if x._raw.shape == shape:  # (the common case: no broadcast; a deferred value's shape)
         return x._jacobian
     rows = np.broadcast_to(row_index(x.shape), shape)
     # (the rows are decided by the two shapes: an exact key)
