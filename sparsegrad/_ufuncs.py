@@ -199,7 +199,7 @@ def _differentiate(ufunc, forwards, values, out, constants):
     # only scale by scalars, where nothing can warn
     quiet = _NUMBERS_ONLY
     for i, _ in forwards:
-        if callable(partials[i]):
+        if callable(partials[i]) and type(partials[i]) is not rules.Operand:
             quiet = np.errstate(all="ignore")
             break
     shape = out.shape
@@ -207,7 +207,8 @@ def _differentiate(ufunc, forwards, values, out, constants):
         for i, x in forwards:
             partial = partials[i]
             if callable(partial):
-                partial = partial(*values, out)
+                partial = (values[partial.index] if type(partial) is rules.Operand
+                           else partial(*values, out))
                 if constants and any(partial is c for c in constants):
                     partial = partial.copy()
             if getattr(partial, "ndim", 0) > 0:
@@ -248,7 +249,7 @@ def _common_operands(ufunc, inputs):
     partials = rules.DERIVATIVES.get(ufunc)
     if partials is None:
         return None
-    shape = None
+    shape = seed = None
     forwards, values, precise, constants = [], [], [], []
     for i, x in enumerate(inputs):
         kind = type(x)
@@ -274,6 +275,11 @@ def _common_operands(ufunc, inputs):
                     or partials[i] is None):
                 return None
             shape = array.shape
+            J = x._jacobian
+            if seed is None:
+                seed = J.seed
+            elif J.seed is not seed:
+                return None  # (the general path names the mistake)
             forwards.append((i, x))
             precise.append(array)
             x = array
@@ -282,8 +288,8 @@ def _common_operands(ufunc, inputs):
         values.append(x)
     if not forwards or len(inputs) != ufunc.nin:
         return None
-    jacobians = [x._jacobian for _, x in forwards]
-    if jac.common_seed(jacobians).pattern_only:
+    if seed.pattern_only:
+        jacobians = [x._jacobian for _, x in forwards]
         if None not in partials:  # (ldexp's integer exponent: numpy checks it now)
             # sparsity mode: the value when it is read (float64, as below), from
             # the caller's arrays as they are now; the pattern is the union of
