@@ -35,9 +35,9 @@ array(1.)
 """
 import numpy as np
 
-__all__ = ["Operand", "DERIVATIVES", "SELECTIONS", "SECOND_WHERE", "PIECEWISE_CONSTANT", "PREDICATES",
-           "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "REAL_ONLY", "classify",
-           "rule_name"]
+__all__ = ["Operand", "DERIVATIVES", "SELECTIONS", "SECOND_WHERE", "PIECEWISE_CONSTANT",
+           "PREDICATES", "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "REAL_ONLY",
+           "classify", "rule_name"]
 
 _SQRT_PI = np.sqrt(np.pi)
 
