@@ -89,7 +89,7 @@ class CSR:
     """
 
     __slots__ = ("shape", "_indptr", "_indices", "data", "_finite", "gathers", "columns",
-                 "first")
+                 "first", "pattern_id")
 
     def __init__(self, shape, indptr, indices, data, columns=None, first=None):
         self.shape = (int(shape[0]), int(shape[1]))
@@ -101,6 +101,7 @@ class CSR:
         self.first = first
         self._finite = None
         self.gathers = {}  # row gathers of this matrix, shared (see take_rows)
+        self.pattern_id = None  # (see _pattern_id)
 
     @classmethod
     def selection(cls, n_cols, columns, first=None):
@@ -535,13 +536,16 @@ def _merge(J, index_dtype=None, kept=False):
 
     The terms of every block of a stacked Jacobian go to the kernel at their
     row offsets, so the whole matrix is written by one merge.  ``index_dtype``
-    (int64 when None) is the dtype of the returned index arrays; ``kept``:
-    they may be read-only arrays the seed's structure keeps (see
-    :func:`_merge_by_plan`), for a matrix that only sparsegrad reads.
+    (int64 when None; ``"fit"``: int32 when every index and entry count fits)
+    is the dtype of the returned index arrays; ``kept``: they may be
+    read-only arrays the seed's structure keeps (see :func:`_merge_by_plan`),
+    for a matrix that only sparsegrad reads.
     """
     seed = J.seed
     xp = seed.backend.xp
     parts = []
+    entries = 0  # (a bound of the merged matrix's entries: the terms' entries)
+    float64 = True  # (every data array and row factor: what a plan's fill takes)
     for first_row, block in J.pieces():
         n_rows = block.n_rows
         for s, d, M in block.terms:
@@ -553,38 +557,41 @@ def _merge(J, index_dtype=None, kept=False):
                 indptr, indices, data = None, M.columns, None
             else:
                 indptr, indices, data = M.indptr, M.indices, M.data
+                float64 = float64 and (data is None or data.dtype is _FLOAT64)
+            entries += len(indices)
             if seed.pattern_only:
                 parts.append((indptr, indices, data, None, first_row))
                 continue
+            if d is not None:
+                vector = d
+                if type(d) is tuple:
+                    vector = d[0]
+                    float64 = float64 and d[1].dtype is _FLOAT64
+                float64 = float64 and vector.dtype is _FLOAT64
             # (a pending pair (d, c): the kernel forms (d * c) * s as it writes)
-            if d is not None and _scalar_keeps_dtype(s, d[0] if type(d) is tuple else d):
+            if d is not None and _scalar_keeps_dtype(s, vector):
                 # s * diag(d): the kernel multiplies as it writes (no product array)
                 parts.append((indptr, indices, data, d, first_row, float(s)))
             else:
                 factor = _factor(s, d)
                 row_scale = None if _is_one(factor) else xp.broadcast_to(
                     xp.asarray(factor), (n_rows,))
+                float64 = float64 and (row_scale is None or row_scale.dtype is _FLOAT64)
                 parts.append((indptr, indices, data, row_scale, first_row))
+    if index_dtype == "fit":
+        index_dtype = np.int32 if max(seed.size, entries) < 2 ** 31 - 1 else INDEX_DTYPE
     if not parts and xp is not np:
         # (kernels take the device from their arrays: an empty block carries it)
         parts.append((xp.zeros(1, dtype=INDEX_DTYPE), xp.zeros(0, dtype=INDEX_DTYPE), None,
                       None, 0))
-    if MERGE_PLANS and seed.structure.shared and not seed.pattern_only and _all_float64(parts):
+    if MERGE_PLANS and seed.structure.shared and not seed.pattern_only and float64:
         return _merge_by_plan(J, parts, index_dtype, kept)
     return seed.backend.kernels.merge_scaled(J.n_rows, seed.size, parts,
                                              pattern_only=seed.pattern_only,
                                              index_dtype=index_dtype)
 
 
-def _all_float64(parts):
-    """Every data array and row scale of the merge terms ``parts`` is float64
-    (what the compiled fill of a merge plan takes)."""
-    for part in parts:
-        scale = part[3]
-        for array in (part[2], *(scale if type(scale) is tuple else (scale,))):
-            if array is not None and array.dtype != np.float64:
-                return False
-    return True
+_FLOAT64 = np.dtype(np.float64)
 
 
 def _pattern_key(J, index_dtype):
@@ -607,8 +614,13 @@ def _pattern_key(J, index_dtype):
 
 
 def _pattern_id(M):
-    """The ids of the arrays that make the pattern of ``M`` (``()``: the identity)."""
-    return tuple(map(id, _pattern_arrays(M)))
+    """The ids of the arrays that make the pattern of ``M`` (``()``: the identity),
+    kept on ``M`` (which never changes) for the keys of later merges."""
+    if M is None:
+        return ()
+    if M.pattern_id is None:
+        M.pattern_id = tuple(map(id, _pattern_arrays(M)))
+    return M.pattern_id
 
 
 def _pattern_arrays(M):
@@ -1081,15 +1093,15 @@ def to_scipy(J, dtype):
     keeps is shared with the matrix the user may modify.
     """
     backend = J.seed.backend
-    bound = sum(J.n_rows if M is None else M.max_entries()
-                for _, block in J.pieces() for _, _, M in block.terms)
-    index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
     if _keeps_patterns(J.seed):
+        bound = sum(J.n_rows if M is None else M.max_entries()
+                    for _, block in J.pieces() for _, _, M in block.terms)
+        index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
         pattern = _merged(J, index)
         # (a pattern the structure keeps is shared: the matrix gets copies)
         indptr, indices, data = pattern.indptr.copy(), pattern.indices.copy(), None
     else:
-        indptr, indices, data = _merge(J, index_dtype=index)
+        indptr, indices, data = _merge(J, index_dtype="fit")
     if data is None:
         data = backend.xp.ones(len(indices), dtype)
     elif np.iscomplexobj(data) and not np.issubdtype(dtype, np.complexfloating):

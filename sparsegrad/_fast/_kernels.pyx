@@ -3148,13 +3148,22 @@ cdef int64_t _plan_kind(void* codes, bint wide, void* out_indptr, void* out_indi
 
 cdef bint _is_pattern(object indptr, object indices):
     """``indptr, indices`` are what the plan loops read as they are: 1-d
-    C-contiguous ndarrays of one dtype, int32 or int64 (a merged pattern
+    C-contiguous native ndarrays of one dtype, int32 or int64 (a merged pattern
     for scipy, or for sparsegrad's own matrices)."""
-    return (type(indptr) is np.ndarray and type(indices) is np.ndarray
-            and indptr.ndim == 1 and indices.ndim == 1 and indptr.shape[0] >= 1
-            and indptr.dtype == indices.dtype
-            and indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
-            and indptr.flags.c_contiguous and indices.flags.c_contiguous)
+    if type(indptr) is not np.ndarray:
+        return False
+    cdef int typenum = cnp.PyArray_TYPE(<cnp.ndarray>indptr)
+    return ((typenum == cnp.NPY_INT32 or typenum == cnp.NPY_INT64)
+            and _is_vector_of(indptr, typenum) and _is_vector_of(indices, typenum)
+            and cnp.PyArray_DIM(<cnp.ndarray>indptr, 0) >= 1)
+
+
+cdef inline int64_t _index_at(object index, int64_t i):
+    """Entry ``i`` of an int32 or int64 vector that :func:`_is_pattern` accepted."""
+    cdef void* data = cnp.PyArray_DATA(<cnp.ndarray>index)
+    if cnp.PyArray_TYPE(<cnp.ndarray>index) == cnp.NPY_INT32:
+        return (<int32_t*>data)[i]
+    return (<int64_t*>data)[i]
 
 
 def merge_plan(indptr, indices, terms):
@@ -3352,9 +3361,8 @@ cdef object _fill_term(object term, object codes, int64_t nr):
     m = indices.shape[0] if indptr is None else indptr.shape[0] - 1
     if n_items == 4 and m != nr:
         return None
-    if type(codes) is not np.ndarray or codes.ndim != 1 \
-            or codes.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) \
-            or not codes.flags.c_contiguous or codes.shape[0] != indices.shape[0]:
+    if not ((_is_vector_of(codes, cnp.NPY_INT32) or _is_vector_of(codes, cnp.NPY_INT64))
+            and cnp.PyArray_DIM(<cnp.ndarray>codes, 0) == cnp.PyArray_DIM(<cnp.ndarray>indices, 0)):
         return None
     scale2 = None
     if isinstance(scale, tuple):
@@ -3371,7 +3379,7 @@ cdef object _fill_term(object term, object codes, int64_t nr):
         return None
     if scale is not None and not (_is_values(scale, m) and _array_kind(scale) == F64
                                   and cnp.PyArray_ISALIGNED(<cnp.ndarray>scale)
-                                  and scale.strides[0] % 8 == 0):
+                                  and cnp.PyArray_STRIDE(<cnp.ndarray>scale, 0) % 8 == 0):
         return None
     if factor != 1.0 and scale is None:
         return None
@@ -3397,7 +3405,7 @@ def fill_scaled(indptr, indices, terms, plan):
     cdef int64_t nr = indptr.shape[0] - 1
     cdef int64_t nnz = indices.shape[0]
     cdef Py_ssize_t k, q, n_terms = len(terms), n_parts = 1
-    if int(indptr[0]) != 0 or int(indptr[nr]) != nnz:
+    if _index_at(indptr, 0) != 0 or _index_at(indptr, nr) != nnz:
         raise ValueError("fill_scaled: indptr must run from 0 to len(indices)")
     prepared = []
     for k in range(n_terms):
@@ -3418,9 +3426,11 @@ def fill_scaled(indptr, indices, terms, plan):
         n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(nnz // part_entries),
                       <Py_ssize_t>nr)
     # (the targets in indptr's dtype: another would convert all of indptr first)
-    bounds = [0] + [int(r) for r in np.searchsorted(indptr, np.array(
-        [nnz * q // n_parts for q in range(1, n_parts)], dtype=indptr.dtype))] + [nr]
-    places = [int(indptr[r]) for r in bounds]
+    bounds = [0, nr]
+    if n_parts > 1:
+        bounds = [0] + [int(r) for r in np.searchsorted(indptr, np.array(
+            [nnz * q // n_parts for q in range(1, n_parts)], dtype=indptr.dtype))] + [nr]
+    places = [_index_at(indptr, r) for r in bounds]
     if any(not 0 <= places[q] <= places[q + 1] <= nnz or bounds[q] > bounds[q + 1]
            for q in range(n_parts)):
         raise ValueError("fill_scaled: indptr decreases")
@@ -3438,12 +3448,13 @@ def fill_scaled(indptr, indices, terms, plan):
             ts[k].term.indptr = <const int64_t*>_ptr(ip_k)
             ts[k].term.data = _ptr(data)
             ts[k].term.scale = _ptr(scale)
-            ts[k].term.scale_step = 0 if scale is None else scale.strides[0] // 8
+            ts[k].term.scale_step = (0 if scale is None
+                                     else cnp.PyArray_STRIDE(<cnp.ndarray>scale, 0) // 8)
             ts[k].term.scale2 = _ptr(scale2)
             ts[k].term.factor = factor
             ts[k].term.mode = _term_mode(data, scale, F64)
             ts[k].codes = _ptr(plan[k])
-            ts[k].wide = plan[k].dtype == INDEX_DTYPE
+            ts[k].wide = cnp.PyArray_TYPE(<cnp.ndarray>plan[k]) == cnp.NPY_INT64
             ts[k].first = first
             ts[k].m = m
         memcpy(_ptr(out_indptr), _ptr(indptr), indptr.itemsize)  # (indptr[0]; parts copy the rest)
