@@ -799,3 +799,17 @@ def test_slice_writes_are_kept_as_runs_until_something_needs_rows():
     y = alternating(forward.seed(x1))
     assert isinstance(y._jac, Assembly) and y._jac._runs is None
     assert_allclose(_dense(y), numerical_jacobian(alternating, x1), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 4)], ids=["same-shape", "broadcast"])
+@pytest.mark.parametrize("order", ["x*c", "c*x"])
+def test_constant_factor_written_after_product(shape, order):
+    # the partial of x * c by x is c itself (rules.Operand): kept as a copy, so a
+    # later write into the caller's c changes neither the value nor the Jacobian
+    c = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
+    x = forward.seed(np.ones(4))
+    y = x * c if order == "x*c" else c * x
+    expected = np.vstack([np.diag(row) for row in c.reshape(-1, 4)])
+    c[...] = 99.0
+    assert_array_equal(y.value, np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape))
+    assert_array_equal(y.dvalue.toarray(), expected)

@@ -283,6 +283,28 @@ def test_compiled_fill_writes_float64_itself(compiled, rng, monkeypatch):
         _assert_same_merge(actual, expected)
 
 
+def test_compiled_fill_of_foreign_layouts_equals_reference(compiled, rng):
+    # byte-swapped or misaligned patterns and codes: the compiled fill's checks
+    # (numpy's C API) send them to the reference, which gives the same values
+    n_rows = n_cols = 9
+    skeletons = _skeletons(rng, n_rows, n_cols)
+    terms = [_term(rng, s, "float64") for s in skeletons]
+    indptr, indices, _ = _reference.merge_scaled(n_rows, n_cols, terms, index_dtype=np.int32)
+    plan = _reference.merge_plan(indptr, indices, _patterns(terms))
+
+    def misaligned(a):
+        buffer = np.empty(a.nbytes + 1, np.uint8)[1:]
+        out = buffer.view(a.dtype)
+        out[...] = a
+        return out
+
+    for change in (lambda a: a.astype(a.dtype.newbyteorder()), misaligned):
+        for args in ((change(indptr), indices, plan), (indptr, change(indices), plan),
+                     (indptr, indices, [change(c) for c in plan])):
+            _assert_same_merge(call(compiled.fill_scaled, args[0], args[1], terms, args[2]),
+                               _reference.fill_scaled(args[0], args[1], terms, args[2]))
+
+
 # ---------------------------------------------------------------------------
 # 3. threads: the compiled fill split into parts equals the fill in one
 # ---------------------------------------------------------------------------
