@@ -1094,9 +1094,12 @@ def to_scipy(J, dtype):
     """
     backend = J.seed.backend
     if _keeps_patterns(J.seed):
-        bound = sum(J.n_rows if M is None else M.max_entries()
-                    for _, block in J.pieces() for _, _, M in block.terms)
-        index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
+        index = np.int32
+        if max(J.seed.size, J.n_rows * J.seed.size) >= 2 ** 31 - 1:
+            # (else neither a column nor a count of entries can reach it)
+            bound = sum(J.n_rows if M is None else M.max_entries()
+                        for _, block in J.pieces() for _, _, M in block.terms)
+            index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
         pattern = _merged(J, index)
         # (a pattern the structure keeps is shared: the matrix gets copies)
         indptr, indices, data = pattern.indptr.copy(), pattern.indices.copy(), None

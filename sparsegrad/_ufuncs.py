@@ -250,7 +250,7 @@ def _common_operands(ufunc, inputs):
     if partials is None:
         return None
     shape = seed = None
-    forwards, values, precise, constants = [], [], [], []
+    forwards, values, precise, constants, jacobians = [], [], [], [], []
     for i, x in enumerate(inputs):
         kind = type(x)
         if kind is float:
@@ -280,6 +280,7 @@ def _common_operands(ufunc, inputs):
                 seed = J.seed
             elif J.seed is not seed:
                 return None  # (the general path names the mistake)
+            jacobians.append(J)
             forwards.append((i, x))
             precise.append(array)
             x = array
@@ -289,7 +290,6 @@ def _common_operands(ufunc, inputs):
     if not forwards or len(inputs) != ufunc.nin:
         return None
     if seed.pattern_only:
-        jacobians = [x._jacobian for _, x in forwards]
         if None not in partials:  # (ldexp's integer exponent: numpy checks it now)
             # sparsity mode: the value when it is read (float64, as below), from
             # the caller's arrays as they are now; the pattern is the union of

@@ -281,8 +281,8 @@ class value(NDArrayOperatorsMixin):
     def _deferred_read(self, raw, key):
         """``self[key]`` of a deferred value by a basic key: deferred too (numpy's
         checks of the key, and the shape, from an array of zero strides)."""
-        shape = np.broadcast_to(np.empty((), raw.dtype), raw.shape)[key].shape
-        rows = jac._readonly(row_index(self.shape)[key])
+        rows = jac._readonly(row_index(self.shape)[key])  # (numpy checks the key)
+        shape = np.shape(rows)  # (a basic key's result has the shape of the rows read)
         J = self._jacobian
         return make(Deferred(operator.getitem, (raw, key), shape, raw.dtype),
                     jac.take_rows(J, rows, _slice_key(self.shape, key), may_be_empty=False))
