@@ -154,6 +154,7 @@ def test_ratios_script_quick(tmp_path, capsys):
         assert r["ratio"] > 0 and r["residual_s"] > 0 and r["jacobian_s"] > 0
         assert r["nnz"] > 0 and r["memory_ratio"] > 0
     assert len(data["scaling"]) == 1 and data["scaling"][0]["nnz_growth"] == 4.0
+    assert data["scaling"][0]["side_by_side"] and data["scaling"][0]["time_growth"] > 0
     assert data["peer_names"] == list(ratios.PEER_NAMES)
 
 
@@ -166,6 +167,17 @@ def test_ratios_targets_and_peers():
             {"problem": "sw", "size": 200, "label": "200x200", "nnz": 400, "jacobian_s": 6.0}]
     (check,) = ratios.scaling(fake)
     assert check["target"] and not check["pass"] and check["per_4x"] == 6.0
+    assert not check["side_by_side"]
+    # a time ratio measured side by side takes the place of the table's
+    (check,) = ratios.scaling(fake, {("sw", 100, 200): 4.4})
+    assert check["side_by_side"] and check["pass"] and check["per_4x"] == pytest.approx(4.4)
+
+
+def test_growth_measured_side_by_side():
+    growth = ratios.measure_growth("pb", 10, 40, repeats=3, min_time=0)
+    assert growth > 0
+    assert ratios.scaling_steps([{"problem": "pb", "size": n} for n in (40, 10, 20)]) == [
+        ("pb", 10, 20), ("pb", 20, 40)]
 
 
 def test_plot(tmp_path):
