@@ -280,7 +280,24 @@ def measure_growth(key, a, b, repeats=7, min_time=0.02):
     Samples of the two sizes alternate and the median of the per-round ratios
     is returned, so that both sizes see the same state of a shared, noisy
     machine (the times of the table are measured one case after another).
+    Meanwhile sparsegrad's structure cache and memory pool may hold twice their
+    limits: each size then keeps what it keeps when timed alone, as in the
+    table (two large cases at once would otherwise push the structure past its
+    limit, which forgets it all, at every other sample).
     """
+    import sparsegrad
+
+    structure, pool = sparsegrad.structure_cache_limit(), sparsegrad.memory_pool_limit()
+    sparsegrad.structure_cache_limit(2 * structure)
+    sparsegrad.memory_pool_limit(2 * pool)
+    try:
+        return _alternated_growth(key, a, b, repeats, min_time)
+    finally:
+        sparsegrad.structure_cache_limit(structure)
+        sparsegrad.memory_pool_limit(pool)
+
+
+def _alternated_growth(key, a, b, repeats, min_time):
     from sparsegrad import forward
 
     problem = _problems.get(key)
