@@ -606,18 +606,24 @@ def _linear(in_specs, out_spec, operands, result):
     terms = []
     for k in forwards:
         J = operands[k]._jacobian
-        rows, cols, data, n_out = _einsum_jacobian(in_specs, out_spec, values, k, J)
-        # (the matrix is built where its coefficients are: on a device seed's
-        # device, with the row and column numbers moved there)
-        backend = J.seed.backend
-        rows, cols, data = (_backend.to_device(a, backend) for a in (rows, cols, data))
-        constant_others = len(forwards) == 1
-        if constant_others:
-            keep = data != 0
-            rows, cols, data = rows[keep], cols[keep], data[keep]
-        indptr, indices, coefficients = backend.kernels.coo_to_csr(
-            n_out, values[k].size, rows, cols, data)
-        L = jac.CSR((n_out, values[k].size), indptr, indices, coefficients)
+
+        def coefficients(k=k, J=J):
+            rows, cols, data, n_out = _einsum_jacobian(in_specs, out_spec, values, k, J)
+            # (the matrix is built where its coefficients are: on a device seed's
+            # device, with the row and column numbers moved there)
+            backend = J.seed.backend
+            rows, cols, data = (_backend.to_device(a, backend) for a in (rows, cols, data))
+            if len(forwards) == 1:  # (the other operands are constants)
+                keep = data != 0
+                rows, cols, data = rows[keep], cols[keep], data[keep]
+            indptr, indices, entries = backend.kernels.coo_to_csr(
+                n_out, values[k].size, rows, cols, data)
+            return jac.CSR((n_out, values[k].size), indptr, indices, entries)
+
+        if len(forwards) == 1:
+            L = _constant_coefficients(J.seed, in_specs, out_spec, values, k, coefficients)
+        else:
+            L = coefficients()
         terms.append(jac.left_multiply(L, J))
     result = _backend.asarray(result)
     seed = jac.common_seed([operands[k]._jacobian for k in forwards])
@@ -745,6 +751,41 @@ def _constant_matrix(seed, matrix, form=None):
         _structure.store(L.gathers, form, kept, _MAX_FORMS)
         structure.keep(*kept[1].arrays())
     return kept[1]
+
+
+def _constant_coefficients(seed, in_specs, out_spec, values, k, build):
+    """The coefficient matrix ``build()`` of an einsum-shaped product whose
+    operands other than ``values[k]`` are constant arrays (``D @ u`` with a
+    dense ``D``, a spectral method's differentiation matrix), kept in the
+    seed's structure between evaluations as :func:`_constant_matrix` keeps a
+    scipy matrix: under the subscripts and the constants' addresses, found
+    again only while they hold the same contents (compared at every product),
+    and kept from the second product on, with copies of the constants beside
+    it.  The same matrix at every evaluation, the products' merges then go by
+    plans, and the coefficients are not gathered again.
+    """
+    structure = seed.structure
+    constants = [v for i, v in enumerate(values) if i != k]
+    if not (structure.shared and all(type(v) is np.ndarray for v in constants)):
+        return build()
+    key = ("einsum", tuple(in_specs), out_spec, k, values[k].shape, values[k].dtype.str) + \
+        tuple((v.__array_interface__["data"][0], v.dtype.str, v.shape, v.strides)
+              for v in constants)
+    hit = _structure.recall(structure.matrices, key)
+    found = hit is not None and hit[0] is not None and all(map(_same_array, constants, hit[1]))
+    _structure.looked_up(found)
+    if found:
+        return hit[0]
+    L = build()
+    copies = tuple(v.copy() for v in constants) if hit is not None else None
+    if copies is None or not structure.has_room(
+            sum(a.nbytes for a in (*L.arrays(), *copies) if a is not None)):
+        # (met once so far, or no room: noted, holding nothing)
+        _structure.store(structure.matrices, key, (None, None), _MAX_MATRICES)
+        return L
+    _structure.store(structure.matrices, key, (L, copies), _MAX_MATRICES)
+    structure.keep(*L.arrays(), *copies)
+    return L
 
 
 def _form(matrix, form):

@@ -814,6 +814,96 @@ def test_a_constant_matrix_written_or_replaced_is_read_again(fresh_structure_cac
         _assert_same_merge_as_uncached(residual, x)
 
 
+def _dense_residual(D, B):
+    """Products with dense constants: ``D @ u``, ``u @ D``, an einsum with two
+    constants, and ``B @ u[east]`` (a product with a gathered value)."""
+    east = np.roll(np.arange(N), -1)
+    return lambda u: (D @ u + u @ D * u + np.einsum("ij,j,j->i", D, u, B[0])
+                      + B @ u[east] @ B.T + np.exp(u))
+
+
+def _dense_constants(rng):
+    D = rng.standard_normal((N, N))
+    D[rng.random((N, N)) < 0.5] = 0.0                  # (zeros are dropped from patterns)
+    return D, rng.standard_normal((N, N))
+
+
+def _kept_coefficients(residual, x):
+    """The coefficient matrices of ``residual``'s products with constants, in order."""
+    from sparsegrad import _functions
+    made = []
+    original = _functions._constant_coefficients
+
+    def spy(*args):
+        made.append(original(*args))
+        return made[-1]
+
+    _functions._constant_coefficients = spy
+    try:
+        residual(forward.seed(x)).dvalue
+    finally:
+        _functions._constant_coefficients = original
+    return made
+
+
+def test_products_with_dense_constants_keep_their_coefficients(fresh_structure_cache, fills):
+    # D @ u with a dense constant D: its coefficient matrix is kept from the
+    # second product on, the same at every later evaluation, so the final
+    # merge goes by a plan; every Jacobian equal to the uncached one
+    D, B = _dense_constants(np.random.default_rng(3))
+    residual = _dense_residual(D, B)
+    x = np.linspace(0.0, 1.0, N)
+    kept = []
+    for k in range(5):
+        _assert_same_merge_as_uncached(residual, x + k)
+        kept.append(_kept_coefficients(residual, x + k))
+    assert len(kept[0]) == 5
+    assert all(a is b for later in kept[2:] for a, b in zip(later, kept[1]))
+    assert len(fills) > 0
+
+
+@pytest.mark.parametrize("change", ["in place", "zero made", "nan", "new array"])
+def test_a_dense_constant_written_or_replaced_is_read_again(fresh_structure_cache, change):
+    # written in place (a value, a zero that leaves the pattern), NaN (found
+    # again, equal to itself), or another array at the call (which may reuse
+    # the address): each Jacobian is the one of the constants as they are
+    D, B = _dense_constants(np.random.default_rng(4))
+    constants = {"D": D}
+    residual = _dense_residual(D, B)
+
+    def current(u):
+        return _dense_residual(constants["D"], B)(u)
+
+    x = np.linspace(0.0, 1.0, N)
+    for _ in range(3):
+        _assert_same_merge_as_uncached(residual, x)
+    before = _kept_coefficients(current, x)
+    if change == "in place":
+        D[2, 3] += 1.0
+    elif change == "zero made":
+        D[np.flatnonzero(D[:, 0])[0], 0] = 0.0
+    elif change == "nan":
+        D[1, 1] = np.nan
+    else:
+        constants["D"] = D * 2.0
+    for _ in range(3):
+        got = current(forward.seed(x)).dvalue
+        jacobian_rules.MERGE_PLANS = False
+        try:
+            expected = current(forward.seed(x)).dvalue
+        finally:
+            jacobian_rules.MERGE_PLANS = True
+        np.testing.assert_array_equal(got.toarray(), expected.toarray())
+        np.testing.assert_array_equal(got.indices, expected.indices)
+    after = _kept_coefficients(current, x)
+    assert after[0] is not before[0]
+    if change == "nan":
+        assert _kept_coefficients(current, x)[0] is after[0]   # (NaN equals its copy)
+    else:
+        np.testing.assert_allclose(current(forward.seed(x)).dvalue.toarray(),
+                                   numerical_jacobian(current, x), rtol=1e-6, atol=1e-8)
+
+
 # ---------------------------------------------------------------------------
 # residuals assembled by index writes: the pieces' row numbers kept
 # ---------------------------------------------------------------------------
