@@ -89,17 +89,26 @@ cdef extern from *:
         return block + SG_HEADER;
     }
 
+    #if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
+    #define MADV_POPULATE_WRITE 23        /* Linux 5.14; older kernels refuse it */
+    #endif
+
     /* a new block from the C library (zeroed: calloc, whose fresh pages cost
-       nothing until touched); like numpy's own allocator, ask Linux for huge
-       pages on blocks of 4 MiB and more (fewer page faults and TLB misses) */
+       nothing until touched).  On Linux its pages of a block of 256 KiB and
+       more are faulted in by one call (MADV_POPULATE_WRITE) instead of one
+       fault per page as the arrays are first written.  No huge-page advice,
+       unlike numpy's allocator: pooled blocks are reused, so huge pages would
+       only spare first-touch faults, and on the virtual machines measured
+       (docs/performance.md) an advised first touch cost up to three times
+       more per byte, when the kernel compacts memory for it. */
     static char *sg_new_block(size_t capacity, int zeroed) {
         char *block = (char *)(zeroed ? calloc(1, capacity + SG_HEADER)
                                       : malloc(capacity + SG_HEADER));
-    #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        if (block != NULL && capacity >= ((size_t)4 << 20)) {
+    #if defined(__linux__)
+        if (block != NULL && capacity >= ((size_t)256 << 10)) {
             size_t page = 4096, start = ((size_t)block + page - 1) & ~(page - 1);
             size_t end = ((size_t)block + capacity + SG_HEADER) & ~(page - 1);
-            if (end > start) madvise((void *)start, end - start, MADV_HUGEPAGE);
+            if (end > start) (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
         }
     #endif
         return block;
