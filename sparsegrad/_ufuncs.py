@@ -21,7 +21,7 @@ from ._indexing import row_index
 from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian, cast_input,
                      cast_is_constant, check_inexact_seed, _broadcast_rows, _device_keys)
 
-__all__ = ["apply"]
+__all__ = ["apply", "call"]
 
 _REDUCTIONS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max,
                np.minimum: np.min}
@@ -66,6 +66,11 @@ def apply(ufunc, method, inputs, kwargs):
         _scatter_add(target, indices, increment)
         return None
     raise unsupported("%s.%s" % (name, method), "this ufunc method has no derivative rule")
+
+
+def call(ufunc, inputs):
+    """``ufunc(*inputs)`` with forward inputs and no keywords (the common call)."""
+    return _call(ufunc, inputs, {})
 
 
 def _accumulation_axis(name, ndim, axis):

@@ -2,7 +2,8 @@
 
 Forward values join numpy through its protocols: arithmetic operators come
 from ``NDArrayOperatorsMixin`` and go to ``__array_ufunc__``, which looks each
-ufunc up in the rule tables of :mod:`sparsegrad._ufunc_rules`; other numpy
+ufunc up in the rule tables of :mod:`sparsegrad._ufunc_rules` (``+ - * / **``
+with arrays, numbers and forward values go to those tables directly); other numpy
 functions go through ``__array_function__`` to the table in
 :mod:`sparsegrad._functions`.  Anything not in a table raises a ``TypeError``
 naming the numpy function, so a derivative is never silently dropped.
@@ -346,6 +347,8 @@ class value(NDArrayOperatorsMixin):
     # ---- numpy protocols -----------------------------------------------------
     @pooled
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if not kwargs and method == "__call__":  # (np.exp(x): no out=, where= or keywords)
+            return _ufuncs.call(ufunc, inputs)
         out = kwargs.pop("out", None)
         if out is not None:
             if not all(isinstance(o, value) for o in out):
@@ -392,6 +395,38 @@ class value(NDArrayOperatorsMixin):
                     _forward_kinds((args, tuple(kwargs.values())))):
                 return make(result._array, jac.zero(seed, result.size))
         return result
+
+
+def _operator(ufunc, name, reflected=False):
+    """The method ``__name__`` of forward values: ``self op other`` (``other op
+    self`` when ``reflected``) straight to the rule tables when ``other`` is a
+    forward value, an ndarray or a Python number, where numpy's dispatch would
+    call ``__array_ufunc__`` with the same operands (and its cost per operator
+    is a tenth of an operation of residual code); every other operand through
+    ``NDArrayOperatorsMixin``'s method, so that it keeps its say (its own
+    ``__array_ufunc__``, or ``None`` to refuse numpy's)."""
+    general = getattr(NDArrayOperatorsMixin, "__%s__" % name)
+    call = pooled(_ufuncs_call)
+
+    def method(self, other):
+        kind = type(other)
+        if kind is float or kind is int or kind is np.ndarray or isinstance(other, value):
+            return call(ufunc, (other, self) if reflected else (self, other))
+        return general(self, other)
+
+    method.__name__ = method.__qualname__ = "__%s__" % name
+    return method
+
+
+def _ufuncs_call(ufunc, inputs):
+    return _ufuncs.call(ufunc, inputs)
+
+
+for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                      ("truediv", np.divide), ("pow", np.power)):
+    setattr(value, "__%s__" % _name, _operator(_ufunc, _name))
+    setattr(value, "__r%s__" % _name, _operator(_ufunc, "r" + _name, reflected=True))
+del _name, _ufunc
 
 
 class _array_value(value):

@@ -992,3 +992,59 @@ def test_square_by_power_has_the_partial_2x_exactly(dtype, exponent):
     expected = exponent * np.power(x0, exponent - 1)
     np.testing.assert_array_equal(J.diagonal(), expected)
     assert J.nnz == len(x0)
+
+
+# ---------------------------------------------------------------------------
+# operators: straight to the rules for arrays, numbers and forward values,
+# through numpy's dispatch for everything else
+# ---------------------------------------------------------------------------
+
+class _Refuses:
+    """An operand that opts out of numpy's ufuncs: Python's reflected operator decides."""
+    __array_ufunc__ = None
+
+    def __mul__(self, other):
+        return "refused's product"
+
+    __rmul__ = __mul__
+
+
+class _Overrides:
+    """An operand with its own ``__array_ufunc__``: numpy asks it too."""
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return ("overridden", ufunc.__name__)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "truediv", "pow"])
+def test_operators_equal_their_ufuncs(name):
+    import operator
+    x0 = np.array([0.5, 1.5, 2.0])
+    op = getattr(operator, name)
+    ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.divide,
+             "pow": np.power}[name]
+    for other in (2.0, 3, np.array([1.0, 2.0, 0.5]), [1.0, 2.0, 0.5]):
+        for reflected in (False, True):
+            x = forward.seed(x0)
+            got = op(other, x) if reflected else op(x, other)
+            x = forward.seed(x0)
+            expected = ufunc(other, x) if reflected else ufunc(x, other)
+            np.testing.assert_array_equal(got.value, expected.value)
+            np.testing.assert_array_equal(got.dvalue.toarray(), expected.dvalue.toarray())
+    x = forward.seed(x0)
+    y = op(x, x[::-1])
+    np.testing.assert_array_equal(y.value, op(x0, x0[::-1]))
+
+
+def test_operators_leave_other_operands_their_say():
+    x = forward.seed(np.array([1.0, 2.0]))
+    assert x * _Refuses() == "refused's product"
+    assert _Refuses() * x == "refused's product"
+    assert _Overrides() * x == ("overridden", "multiply")   # (numpy asks it first)
+    with pytest.raises(TypeError, match="numpy.multiply"):   # (as np.multiply(x, other))
+        x * _Overrides()
+    with pytest.warns(PendingDeprecationWarning):
+        matrix = np.matrix([[1.0, 2.0]])
+    with pytest.raises(TypeError, match="np.matrix"):
+        x * matrix
+    y = x * True                                    # (a bool: numpy's rules, one times x)
+    np.testing.assert_array_equal(y.dvalue.toarray(), np.eye(2))
