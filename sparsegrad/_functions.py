@@ -777,12 +777,12 @@ def _constant_coefficients(seed, in_specs, out_spec, values, k, build):
     if found:
         return hit[0]
     L = build()
-    copies = tuple(v.copy() for v in constants) if hit is not None else None
-    if copies is None or not structure.has_room(
-            sum(a.nbytes for a in (*L.arrays(), *copies) if a is not None)):
+    if hit is None or not structure.has_room(
+            sum(a.nbytes for a in (*L.arrays(), *constants) if a is not None)):
         # (met once so far, or no room: noted, holding nothing)
         _structure.store(structure.matrices, key, (None, None), _MAX_MATRICES)
         return L
+    copies = tuple(v.copy() for v in constants)
     _structure.store(structure.matrices, key, (L, copies), _MAX_MATRICES)
     structure.keep(*L.arrays(), *copies)
     return L

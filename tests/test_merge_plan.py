@@ -1019,3 +1019,18 @@ def test_broadcasts_and_wide_stencils_keep_their_gathers(fresh_structure_cache, 
         _assert_same_merge_as_uncached(residual, np.linspace(0.5, 1.5, n) + 0.1 * k)
         counts.append(len(fills))
     assert counts[-1] > counts[-2] > 0
+
+
+def test_dense_constants_without_room_are_noted_only(fresh_structure_cache):
+    # a structure limit too small for the coefficients: every product builds
+    # them as it is, nothing is kept (no copies of the constants either)
+    import sparsegrad
+    D, B = _dense_constants(np.random.default_rng(5))
+    residual = _dense_residual(D, B)
+    x = np.linspace(0.0, 1.0, N)
+    sparsegrad.structure_cache_limit(2048)
+    for _ in range(3):
+        _assert_same_merge_as_uncached(residual, x)
+    structure = forward.seed(x)._jacobian.seed.structure
+    assert all(entry == (None, None) for key, entry in structure.matrices.items()
+               if key[0] == "einsum")
