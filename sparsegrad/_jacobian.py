@@ -473,16 +473,36 @@ def _combine(first, second):
             number = vector.dtype.type
             return (1, _backend.of(vector).kernels.multiply_add(vector, number(times),
                                                                  number(plus)), M)
-    return (1, _factor(s, d) + _factor(s2, d2), M)
+    fused = _fused_sum(s, d, s2, d2)
+    return (1, _factor(s, d) + _factor(s2, d2) if fused is None else fused, M)
+
+
+def _fused_sum(s, d, s2, d2):
+    """``_factor(s, d) + _factor(s2, d2)`` of two vector row factors in one pass
+    (``kernels.sum_of_products``, rounded as those passes are), or None where it
+    does not apply: a factor of ones, operands of two dtypes, a scalar that
+    would change the dtype."""
+    if d is None or d2 is None:
+        return None
+    a, b = d if type(d) is tuple else (d, None)
+    c, e = d2 if type(d2) is tuple else (d2, None)
+    if a.dtype != c.dtype or not (_scalar_keeps_dtype(s, a) and _scalar_keeps_dtype(s2, c)):
+        return None
+    number = a.dtype.type
+    return _backend.of(a).kernels.sum_of_products(
+        a, b, None if _is_one(s) else number(s), c, e, None if _is_one(s2) else number(s2))
 
 
 def _sum_of_factors(d, d2):
-    """``d + d2`` of two row factors (``None``: ones), a pending pair of either
-    multiplied and added in one pass."""
+    """``d + d2`` of two row factors (``None``: ones), pending pairs multiplied
+    and added in one pass."""
     if type(d2) is tuple and type(d) is not tuple:
         d, d2 = d2, d
-    if type(d) is tuple and d2 is not None and type(d2) is not tuple \
-            and d2.dtype == d[0].dtype:
+    if type(d) is tuple and d2 is not None and (
+            d2[0] if type(d2) is tuple else d2).dtype == d[0].dtype:
+        if type(d2) is tuple:
+            return _backend.of(d[0]).kernels.sum_of_products(d[0], d[1], None, d2[0], d2[1],
+                                                             None)
         # (a + b is b + a exactly: the order of the operands is free)
         return _backend.of(d2).kernels.multiply_add(d[0], d[1], d2)
     return (1 if d is None else _vector(d)) + (1 if d2 is None else _vector(d2))

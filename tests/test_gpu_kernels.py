@@ -21,8 +21,8 @@ from test_kernels import (I64, _random_block_terms, _random_terms, assert_same_r
                           random_csr)
 
 KERNELS = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul", "scale_rows",
-           "coo_to_csr",
-           "selection_csr", "multiply_add", "take_product", "take", "same_index"]
+           "coo_to_csr", "selection_csr", "multiply_add", "sum_of_products", "take_product",
+           "take", "same_index"]
 #: a block of no rows: the device's way of merging no terms
 EMPTY_BLOCK = (np.zeros(1, I64), np.zeros(0, I64), None, None, 0)
 DTYPE_SETS = [[None, np.float64], [None, np.float32, np.float64],
@@ -102,6 +102,8 @@ def random_cases(rng, dtypes, count):
         dtype = dtypes[-1]
         a, b, c = (rng.standard_normal(n_rows).astype(dtype) for _ in range(3))
         yield "multiply_add", (a, b, c), {}
+        yield "sum_of_products", (a, b, dtype(2.5), c, a, None), {}
+        yield "sum_of_products", (a, None, None, c, b, dtype(-1.5)), {}
         yield "take_product", (a, b, rows), {}
         yield "take", (a, rows), {}
         yield "same_index", (rows, rows.copy()), {}

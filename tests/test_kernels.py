@@ -11,6 +11,7 @@ against dense numpy computations (values) and against patterns built by hand
 on random inputs, bit for bit for real dtypes.
 """
 import importlib
+import itertools
 import os
 
 import numpy as np
@@ -1308,6 +1309,38 @@ def test_multiply_add_of_scalars_rounds_as_numpy(kernels, rng, dtype, n):
         got = call(kernels.multiply_add, *args)
         assert got.dtype == expected.dtype and got.shape == (n,)
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+def test_sum_of_products_rounds_as_numpy(kernels, rng, dtype, n):
+    # (a * b) * s + (c * e) * t with any of b, e, s, t absent: two terms of one
+    # matrix with pending row factors, combined in one pass
+    a, b, c, e = (rng.standard_normal(n).astype(dtype) * 10.0 ** rng.integers(-3, 4, n)
+                  for _ in range(4))
+    number = np.dtype(dtype).type
+    s, t = number(-4.0e6 / 3.0), number(0.1)
+    for b_, s_, e_, t_ in itertools.product((b, None), (s, None), (e, None), (t, None)):
+        first = a if b_ is None else a * b_
+        second = c if e_ is None else c * e_
+        expected = (first if s_ is None else first * s_) + (second if t_ is None else
+                                                              second * t_)
+        got = call(kernels.sum_of_products, a, b_, s_, c, e_, t_)
+        assert got.dtype == expected.dtype and got.shape == (n,)
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_sum_of_products_of_other_layouts_goes_to_numpy(kernels, rng):
+    # strided, mixed dtypes, a Python float as a scale: numpy's own arithmetic
+    a, b, c = (rng.standard_normal(9) for _ in range(3))
+    strided = np.repeat(a, 2)[::2]
+    np.testing.assert_array_equal(kernels.sum_of_products(strided, b, None, c, None, None),
+                                  a * b + c)
+    single = c.astype(np.float32)
+    np.testing.assert_array_equal(kernels.sum_of_products(a, b, None, single, None, None),
+                                  a * b + single)
+    np.testing.assert_array_equal(kernels.sum_of_products(a, None, 2.0, c, b, None),
+                                  a * 2.0 + c * b)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, "mixed"])

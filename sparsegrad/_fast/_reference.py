@@ -50,8 +50,8 @@ import numpy as np
 INDEX_DTYPE = np.int64
 
 __all__ = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul",
-           "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "take_product",
-           "take", "same_index"]
+           "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "sum_of_products",
+           "take_product", "take", "same_index"]
 
 
 class RowIndexError(IndexError, ValueError):
@@ -680,6 +680,27 @@ def multiply_add(a, b, c):
     array([3.5, 8.5])
     """
     return a * b + c
+
+
+def sum_of_products(a, b, s, c, e, t):
+    """``(a * b) * s + (c * e) * t`` for 1-d arrays ``a``, ``c`` of one length and
+    dtype, rounded as numpy forms it (each product first, no fused multiply-add);
+    ``b``, ``e`` are arrays like them or None (no product), ``s``, ``t`` numpy
+    scalars of their dtype or None (no scaling).
+
+    Two terms of one matrix with different scalars, ``s * (a * b) + t * (c * e)``
+    (pending row factors, see ``sparsegrad._jacobian._vector``), added in one
+    pass instead of five.
+
+    Examples
+    --------
+    >>> sum_of_products(np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.float64(2.0),
+    ...                 np.array([0.5, 0.5]), None, None)
+    array([ 6.5, 16.5])
+    """
+    first = a if b is None else a * b
+    second = c if e is None else c * e
+    return (first if s is None else first * s) + (second if t is None else second * t)
 
 
 def take_product(a, b, rows):

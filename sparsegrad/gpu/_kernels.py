@@ -3,8 +3,8 @@
 The same functions as :mod:`sparsegrad._fast._reference`, with the same
 signatures and contract (read that module): ``merge_scaled``,
 ``merge_plan``, ``fill_scaled``, ``gather_rows``, ``matmul``, ``scale_rows``, ``coo_to_csr``,
-``selection_csr``, ``multiply_add``, ``take_product``, ``take`` and
-``same_index``.  They are the
+``selection_csr``, ``multiply_add``, ``sum_of_products``, ``take_product``,
+``take`` and ``same_index``.  They are the
 reference kernels themselves, which take the array module from their
 arguments, so CuPy arrays in give CuPy arrays out and there is one
 implementation of the logic.  Where a CuPy profile shows a
@@ -23,8 +23,8 @@ including the fake device of :mod:`sparsegrad.gpu._device` on the CPU.
 """
 from .._fast import _reference
 from .._fast._reference import (coo_to_csr, fill_scaled, matmul, merge_plan, merge_scaled,
-                                multiply_add, same_index, selection_csr, take,
-                                take_product)
+                                multiply_add, same_index, selection_csr,
+                                sum_of_products, take, take_product)
 from . import _cuda
 
 
@@ -49,5 +49,5 @@ def gather_rows(indptr, indices, data, rows):
 
 
 __all__ = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul",
-           "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "take_product",
-           "take", "same_index"]
+           "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "sum_of_products",
+           "take_product", "take", "same_index"]
