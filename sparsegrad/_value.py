@@ -243,6 +243,20 @@ class value(NDArrayOperatorsMixin):
             rows = jac._readonly(_rows_read(raw.shape, key, np, J.seed.structure))
             return _array_value(result, jac.take_rows(J, rows, ("array", raw.shape, id(key)),
                                                       may_be_empty=False))
+        if type(raw) is np.ndarray and type(J) is jac.Jacobian and raw.ndim and (
+                type(key) is slice or (type(key) is tuple and len(key) <= raw.ndim
+                                       and all(type(k) is slice for k in key))):
+            # (``psi[1:-1]``, ``U[1:-1, 2:]``: the general path below, its key
+            # conversions skipped; the rows a view of the shared row numbers, the
+            # key the slices' normal form, as _slice_key gives it)
+            self._owns = False
+            shape = raw.shape
+            if type(key) is slice:
+                normal = (shape, key.indices(shape[0]))
+            else:
+                normal = (shape,) + tuple([k.indices(n) for k, n in zip(key, shape)])
+            rows = (jac._arange(shape[0]) if len(shape) == 1 else row_index(shape))[key]
+            return _array_value(raw[key], jac.take_rows(J, rows, normal, may_be_empty=False))
         exact = None
         if (type(key) is list and 0 < len(key) <= _MAX_LIST_KEY and self.ndim == 1
                 and all(type(k) is int for k in key)):
