@@ -104,6 +104,42 @@ globals().update(_suites(_Suite, ""))
 globals().update(_suites(_Ratios, "Ratios"))
 
 
+class ConstantOperators:
+    """Residuals with products by constant operators, whose conversion the
+    structure cache keeps between evaluations: a dense differentiation matrix
+    (``D @ u``, a spectral collocation method), a tridiagonal scipy matrix in DIA
+    format (``L @ u``, as ``scipy.sparse.diags`` makes it) and a few dense rows
+    (``B @ u``, constraints or observations), each plus ``exp(u)``."""
+
+    param_names = ["operator"]
+    params = [["dense 1000x1000", "dia 10^6", "dense 3 x 10^5"]]
+    timeout = 600
+    repeat = (1, 5, 20.0)
+    number = 1
+
+    def setup(self, operator):
+        import numpy as np
+        import scipy.sparse
+        rng = np.random.default_rng(0)
+        if operator == "dense 1000x1000":
+            A, n = rng.standard_normal((1000, 1000)), 1000
+        elif operator == "dia 10^6":
+            n = 10 ** 6
+            A = scipy.sparse.diags([np.ones(n - 1), -2.0 * np.ones(n), np.ones(n - 1)],
+                                   [-1, 0, 1])
+        else:
+            A, n = rng.standard_normal((3, 10 ** 5)), 10 ** 5
+        self.x0 = rng.standard_normal(n) * 0.1
+        rows = A.shape[0]
+        self.residual = lambda u: A @ u + np.exp(u[:rows])
+
+    def time_residual(self, operator):
+        self.residual(self.x0)
+
+    def time_value_and_jacobian(self, operator):
+        self.residual(forward.seed(self.x0)).dvalue
+
+
 class BratuGPU:
     """2-d Bratu on a CUDA device (CuPy): the residual, and value+Jacobian by
     ``sparsegrad.gpu.seed``.  Skipped without CuPy and a device (setup raises

@@ -131,6 +131,15 @@ def test_asv_suites_callable():
     assert bench.track_memory_ratio(12) > 0
 
 
+def test_asv_constant_operators_callable():
+    bench = benchmarks.ConstantOperators()
+    for operator in benchmarks.ConstantOperators.params[0]:
+        bench.setup(operator)
+        bench.time_residual(operator)
+        J = bench.residual(forward.seed(bench.x0)).dvalue
+        assert J.shape == (bench.residual(bench.x0).size, bench.x0.size) and J.nnz > 0
+
+
 def test_asv_conf():
     with open(os.path.join(ROOT, "asv.conf.json")) as f:
         text = re.sub(r"^\s*//.*$", "", f.read(), flags=re.M)
