@@ -22,6 +22,7 @@ array([[0., 0., 0.],
        [0., 2., 0.]])
 """
 import math
+import numbers
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from . import _structure
 
 INDEX_DTYPE = np.int64
 
-__all__ = ["row_index", "Assembly"]
+__all__ = ["row_index", "slice_key", "Assembly"]
 
 #: up to this many pieces are gathered one by one; more are stacked and gathered once
 _FEW_PIECES = 8
@@ -47,6 +48,38 @@ def row_index(shape, xp=np):
     index arrays that live there).
     """
     return jac._arange(math.prod(shape), xp).reshape(shape)
+
+
+def slice_key(shape, key):
+    """A hashable form of an indexing key, for sharing gathers (None: do not share).
+
+    Slices and ints give their normal form; a 1-d integer index array gives its
+    ``id``, under which a gather is reused only for the same live, unchanged
+    array (see :func:`sparsegrad._value._rows_read`; a device's row numbers
+    are compared).
+
+    >>> slice_key((5,), slice(1, -1)), slice_key((2, 3), (0, slice(None, None, 2)))
+    (((5,), (1, 4, 1)), ((2, 3), 0, (0, 3, 2)))
+    """
+    if type(key) is slice:  # (the common reads first: one slice, or a tuple of slices)
+        return (shape, key.indices(shape[0])) if shape else None
+    if type(key) is tuple and len(key) <= len(shape) and all(type(k) is slice for k in key):
+        return (shape,) + tuple([k.indices(n) for k, n in zip(key, shape)])
+    if getattr(key, "ndim", 0) == 1 and key.dtype.kind in "iu" and len(shape) == 1:
+        return ("array", shape, id(key))  # (host or device arrays)
+    parts = key if isinstance(key, tuple) else (key,)
+    if len(parts) > len(shape):
+        return None
+    normal = [shape]
+    for part, size in zip(parts, shape):
+        if isinstance(part, slice):
+            normal.append(part.indices(size))
+        elif isinstance(part, numbers.Integral) and not isinstance(part, bool):
+            normal.append(int(part) % size if -size <= part < size else None)
+        else:
+            return None
+    return None if None in normal else tuple(normal)
+
 
 
 def _as_slice(rows, n):
@@ -185,9 +218,9 @@ class Assembly:
             if first == 0 and b - a == piece.n_rows:
                 blocks.append(piece)
                 continue
-            rows = jac._arange(piece.n_rows)[first:first + b - a]
-            key = ((piece.n_rows,), (first, first + b - a, 1))  # (as _value._slice_key)
-            blocks.append(jac.take_rows(piece, rows, key, may_be_empty=False))
+            read = slice(first, first + b - a)
+            blocks.append(jac.take_rows(piece, jac._arange(piece.n_rows)[read],
+                                        slice_key((piece.n_rows,), read), may_be_empty=False))
         if not blocks:
             return jac.zero(self.seed, self.n_rows)
         return blocks[0] if len(blocks) == 1 else jac.Jacobian.stacked(self.seed, blocks)

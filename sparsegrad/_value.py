@@ -29,7 +29,7 @@ from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
 from ._deferred import Deferred
-from ._indexing import Assembly, row_index
+from ._indexing import Assembly, row_index, slice_key as _slice_key
 from ._memory import pooled
 
 __all__ = ["value", "nvalue", "is_forward", "make", "jacobian_of", "broadcast_jacobian"]
@@ -247,16 +247,11 @@ class value(NDArrayOperatorsMixin):
                 type(key) is slice or (type(key) is tuple and len(key) <= raw.ndim
                                        and all(type(k) is slice for k in key))):
             # (``psi[1:-1]``, ``U[1:-1, 2:]``: the general path below, its key
-            # conversions skipped; the rows a view of the shared row numbers, the
-            # key the slices' normal form, as _slice_key gives it)
+            # conversions skipped)
             self._owns = False
-            shape = raw.shape
-            if type(key) is slice:
-                normal = (shape, key.indices(shape[0]))
-            else:
-                normal = (shape,) + tuple([k.indices(n) for k, n in zip(key, shape)])
-            rows = (jac._arange(shape[0]) if len(shape) == 1 else row_index(shape))[key]
-            return _array_value(raw[key], jac.take_rows(J, rows, normal, may_be_empty=False))
+            return _array_value(raw[key], jac.take_rows(J, row_index(raw.shape)[key],
+                                                        _slice_key(raw.shape, key),
+                                                        may_be_empty=False))
         exact = None
         if (type(key) is list and 0 < len(key) <= _MAX_LIST_KEY and self.ndim == 1
                 and all(type(k) is int for k in key)):
@@ -578,29 +573,6 @@ def _broadcast_rows(shape, target_shape):
     while rows.ndim > len(target_shape) and rows.shape[0] == 1:
         rows = rows[0]
     return np.broadcast_to(rows, target_shape)
-
-
-def _slice_key(shape, key):
-    """A hashable form of an indexing key, for sharing gathers (None: do not share).
-
-    Slices and ints give their normal form; a 1-d integer index array gives its
-    ``id``, under which a gather is reused only for the same live, unchanged
-    array (see :func:`_rows_read`; a device's row numbers are compared).
-    """
-    if getattr(key, "ndim", 0) == 1 and key.dtype.kind in "iu" and len(shape) == 1:
-        return ("array", shape, id(key))  # (host or device arrays)
-    parts = key if isinstance(key, tuple) else (key,)
-    if len(parts) > len(shape):
-        return None
-    normal = [shape]
-    for part, size in zip(parts, shape):
-        if isinstance(part, slice):
-            normal.append(part.indices(size))
-        elif isinstance(part, numbers.Integral) and not isinstance(part, bool):
-            normal.append(int(part) % size if -size <= part < size else None)
-        else:
-            return None
-    return None if None in normal else tuple(normal)
 
 
 def _forwards_in(obj):

@@ -819,16 +819,16 @@ def test_constant_factor_written_after_product(shape, order):
                                  (slice(1, 3), slice(None, None, 2)), (slice(5, 2), slice(0, 1))],
                          ids=repr)
 def test_slice_reads_share_their_gather_under_the_normal_key(key):
-    # the quick path of a read by slices keys its gather as _slice_key does, so
-    # every read of the same slices (by any path) shares one matrix
-    from sparsegrad import _value
+    # the quick path of a read by slices keys its gather by slice_key, as the
+    # general path does, so every read of the same slices shares one matrix
+    from sparsegrad import _indexing
     x = forward.seed(np.arange(24.0))
     v = x.reshape(4, 6) if isinstance(key, tuple) else x
     y = v[key]
     np.testing.assert_array_equal(y.value, v.value[key])
     seed = x._jacobian.seed
     (_, _, matrix), = y._jacobian.terms
-    hit = seed.structure.selections.get(_value._slice_key(v.shape, key))
+    hit = seed.structure.selections.get(_indexing.slice_key(v.shape, key))
     assert hit is not None and hit[1] is matrix
     assert v[key]._jacobian.terms[0][2] is matrix
     expected = np.eye(24)[np.arange(24).reshape(v.shape)[key].ravel()]
