@@ -189,10 +189,16 @@ class CSR:
         """
         import scipy.sparse
         data = np.ones(self.nnz, dtype) if self.data is None else self.data.astype(dtype)
-        index = np.int32 if max(self.shape[1], self.nnz) < 2 ** 31 - 1 else INDEX_DTYPE
+        index = _index_dtype(self.shape[1], self.nnz)
         return scipy.sparse.csr_matrix(
             (data, self.indices.astype(index), self.indptr.astype(index)),
             shape=self.shape, copy=False)
+
+
+def _index_dtype(n_cols, entries):
+    """The index dtype of a CSR matrix for scipy: int32 when the column numbers and
+    the count of entries (a bound of it) fit, as scipy would convert them anyway."""
+    return np.int32 if max(n_cols, entries) < 2 ** 31 - 1 else INDEX_DTYPE
 
 
 def _arange(n, xp=np):
@@ -599,7 +605,7 @@ def _merge(J, index_dtype=None, kept=False):
                 float64 = float64 and (row_scale is None or row_scale.dtype is _FLOAT64)
                 parts.append((indptr, indices, data, row_scale, first_row))
     if index_dtype == "fit":
-        index_dtype = np.int32 if max(seed.size, entries) < 2 ** 31 - 1 else INDEX_DTYPE
+        index_dtype = _index_dtype(seed.size, entries)
     if not parts and xp is not np:
         # (kernels take the device from their arrays: an empty block carries it)
         parts.append((xp.zeros(1, dtype=INDEX_DTYPE), xp.zeros(0, dtype=INDEX_DTYPE), None,
@@ -1114,12 +1120,12 @@ def to_scipy(J, dtype):
     """
     backend = J.seed.backend
     if _keeps_patterns(J.seed):
-        index = np.int32
-        if max(J.seed.size, J.n_rows * J.seed.size) >= 2 ** 31 - 1:
-            # (else neither a column nor a count of entries can reach it)
-            bound = sum(J.n_rows if M is None else M.max_entries()
-                        for _, block in J.pieces() for _, _, M in block.terms)
-            index = np.int32 if max(J.seed.size, bound) < 2 ** 31 - 1 else INDEX_DTYPE
+        # (rows x columns bounds the entries; the terms' are counted only past it)
+        index = _index_dtype(J.seed.size, J.n_rows * J.seed.size)
+        if index is not np.int32:
+            index = _index_dtype(J.seed.size, sum(
+                J.n_rows if M is None else M.max_entries()
+                for _, block in J.pieces() for _, _, M in block.terms))
         pattern = _merged(J, index)
         # (a pattern the structure keeps is shared: the matrix gets copies)
         indptr, indices, data = pattern.indptr.copy(), pattern.indices.copy(), None
