@@ -501,16 +501,11 @@ def _fused_sum(s, d, s2, d2):
 
 def _sum_of_factors(d, d2):
     """``d + d2`` of two row factors (``None``: ones), pending pairs multiplied
-    and added in one pass."""
-    if type(d2) is tuple and type(d) is not tuple:
-        d, d2 = d2, d
-    if type(d) is tuple and d2 is not None and (
-            d2[0] if type(d2) is tuple else d2).dtype == d[0].dtype:
-        if type(d2) is tuple:
-            return _backend.of(d[0]).kernels.sum_of_products(d[0], d[1], None, d2[0], d2[1],
-                                                             None)
-        # (a + b is b + a exactly: the order of the operands is free)
-        return _backend.of(d2).kernels.multiply_add(d[0], d[1], d2)
+    and added in one pass (:func:`_fused_sum`)."""
+    if type(d) is tuple or type(d2) is tuple:
+        fused = _fused_sum(1, d, 1, d2)
+        if fused is not None:
+            return fused
     return (1 if d is None else _vector(d)) + (1 if d2 is None else _vector(d2))
 
 
