@@ -389,7 +389,7 @@ def report(results, checks, out=print):
                 _problems.get(c["problem"]).name, c["from_label"], c["to_label"],
                 c["nnz_growth"], c["time_growth"], c["per_4x"],
                 _mark(c["pass"]) if c["target"] else "(info)",
-                "" if c.get("side_by_side", True) else " (times of the table)"))
+                "" if c["side_by_side"] else " (times of the table)"))
     if results and "first_ratio" in results[0]:
         out("")
         out("first evaluation of each case, sparsegrad's memory pool and structure cache "
