@@ -8,7 +8,10 @@ a preallocated array; pieces are joined with ``np.concatenate``.
 
 A problem is set up once per size, outside any timed region: ``setup(n)``
 builds the grid, the index arrays and the constants and returns
-``(residual, x0)``.  Only ``residual(x)`` is timed.
+``(residual, x0)``.  Only ``residual(x)`` is timed.  ``setup(n, xp=cupy)``
+makes ``x0``, the index arrays and the constants on a GPU (any array module
+with ``asarray`` does: the tests use the fake device of
+``sparsegrad.gpu._device``), so that the same residual runs there.
 
 >>> import numpy as np
 >>> from sparsegrad import forward
@@ -36,7 +39,8 @@ class Problem:
 
     Subclasses set ``key`` (short name used on command lines), ``name``,
     ``sizes`` (the sizes of issue 3) and ``size_label`` (what ``n`` counts), and
-    implement ``setup(n) -> (residual, x0)`` and ``unknowns(n)``.
+    implement ``setup(n, xp=numpy) -> (residual, x0)`` (``x0``, index arrays and
+    constants made by ``xp.asarray``) and ``unknowns(n)``.
     """
 
     key = None
@@ -44,7 +48,7 @@ class Problem:
     sizes = ()
     size_label = "n"
 
-    def setup(self, n):  # pragma: no cover - abstract
+    def setup(self, n, xp=np):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def unknowns(self, n):  # pragma: no cover - abstract
@@ -92,7 +96,7 @@ class ShallowWater(Problem):
     def size_text(self, n):
         return "%dx%d" % (n, n)
 
-    def setup(self, n):
+    def setup(self, n, xp=np):
         if n < 3:
             raise ValueError("shallow water needs n >= 3")
         g = self.g
@@ -100,10 +104,8 @@ class ShallowWater(Problem):
         length = 1.0
         dx = dy = length / n
         grid = np.arange(cells).reshape(n, n)          # grid[j, i]: row j (y), column i (x)
-        east = np.roll(grid, -1, axis=1).ravel()
-        west = np.roll(grid, 1, axis=1).ravel()
-        north = np.roll(grid, -1, axis=0).ravel()
-        south = np.roll(grid, 1, axis=0).ravel()
+        east, west, north, south = (xp.asarray(np.roll(grid, shift, axis=axis).ravel())
+                                    for shift, axis in ((-1, 1), (1, 1), (-1, 0), (1, 0)))
         cx = 1.0 / (2.0 * dx)
         cy = 1.0 / (2.0 * dy)
 
@@ -128,8 +130,9 @@ class ShallowWater(Problem):
         eta0 = 1.0 + 0.1 * np.exp(-((X - 0.5) ** 2 + (Y - 0.5) ** 2) / 0.02)
         u0 = 0.1 * np.sin(2 * np.pi * Y)
         v0 = 0.1 * np.cos(2 * np.pi * X)
-        x0 = np.concatenate([eta0.ravel(), u0.ravel(), v0.ravel()])
-        xt = rhs(x0) + 0.01 * np.sin(np.arange(3 * cells))   # fixed; any constant will do
+        x0 = xp.asarray(np.concatenate([eta0.ravel(), u0.ravel(), v0.ravel()]))
+        # fixed; any constant will do
+        xt = rhs(x0) + xp.asarray(0.01 * np.sin(np.arange(3 * cells)))
 
         def residual(x):
             return xt - rhs(x)
@@ -163,16 +166,16 @@ class PoissonBoltzmann(Problem):
     def size_text(self, n):
         return "%.0e" % n if n >= 10 ** 4 else "%d" % n
 
-    def setup(self, n):
+    def setup(self, n, xp=np):
         if n < 3:
             raise ValueError("Poisson-Boltzmann needs n >= 3")
         N = self.doping_density
         x = np.linspace(-1.0, 1.0, n)                  # in units of a few Debye lengths
         h = x[1] - x[0]
         doping = np.where(x < 0, -N, N)
-        doping_inner = doping[1:-1]
-        left = np.arcsinh(doping[:1] / 2)
-        right = np.arcsinh(doping[-1:] / 2)
+        doping_inner = xp.asarray(doping[1:-1])
+        left = xp.asarray(np.arcsinh(doping[:1] / 2))
+        right = xp.asarray(np.arcsinh(doping[-1:] / 2))
         inv_h2 = 1.0 / h ** 2
 
         def residual(psi):
@@ -182,7 +185,7 @@ class PoissonBoltzmann(Problem):
             return np.concatenate([psi[:1] - left, interior, psi[-1:] - right])
 
         # the charge-neutral guess, smoothed across the junction
-        x0 = np.arcsinh(N * np.tanh(x / 0.05) / 2)
+        x0 = xp.asarray(np.arcsinh(N * np.tanh(x / 0.05) / 2))
         return residual, x0
 
 
@@ -208,7 +211,7 @@ class Bratu(Problem):
     def size_text(self, n):
         return "%dx%d" % (n, n)
 
-    def setup(self, n):
+    def setup(self, n, xp=np):
         if n < 2:
             raise ValueError("Bratu needs n >= 2")
         lam = self.lam
@@ -223,7 +226,7 @@ class Bratu(Problem):
 
         s = np.arange(1, n + 1) * h
         X, Y = np.meshgrid(s, s)
-        x0 = (np.sin(np.pi * X) * np.sin(np.pi * Y)).ravel()
+        x0 = xp.asarray((np.sin(np.pi * X) * np.sin(np.pi * Y)).ravel())
         return residual, x0
 
 
@@ -280,7 +283,7 @@ class DriftDiffusion(Problem):
     def size_text(self, n):
         return "%.0e" % n if n >= 10 ** 4 else "%d" % n
 
-    def setup(self, nodes):
+    def setup(self, nodes, xp=np):
         if nodes < 3:
             raise ValueError("drift-diffusion needs at least 3 nodes")
         N = self.doping_density
@@ -289,11 +292,11 @@ class DriftDiffusion(Problem):
         inv_h = 1.0 / h
         l2 = 1e-4                                       # squared scaled Debye length
         doping = N * np.tanh(x / 0.02)
-        doping_inner = doping[1:-1]
+        doping_inner = xp.asarray(doping[1:-1])
         psi_eq = np.arcsinh(doping / 2)
-        psi_contacts = psi_eq[[0, -1]] + np.array([self.bias, 0.0])
-        n_contacts = np.exp(psi_eq[[0, -1]])
-        p_contacts = np.exp(-psi_eq[[0, -1]])
+        psi_contacts = xp.asarray(psi_eq[[0, -1]] + np.array([self.bias, 0.0]))
+        n_contacts = xp.asarray(np.exp(psi_eq[[0, -1]]))
+        p_contacts = xp.asarray(np.exp(-psi_eq[[0, -1]]))
         k = nodes
 
         def ends(f, values):
@@ -324,7 +327,7 @@ class DriftDiffusion(Problem):
         ramp = self.bias * np.maximum(-x, 0.0)
         psi0 = psi_eq + ramp
         x0 = np.concatenate([psi0, np.exp(psi_eq + 0.5 * ramp), np.exp(-psi_eq + 0.5 * ramp)])
-        return residual, x0
+        return residual, xp.asarray(x0)
 
 
 PROBLEMS = {p.key: p for p in (ShallowWater(), PoissonBoltzmann(), Bratu(), DriftDiffusion())}

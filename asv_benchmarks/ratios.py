@@ -141,11 +141,13 @@ def _loops(func, min_time):
 
 
 def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
-                  residual_in_pool=False):
+                  residual_in_pool=False, sync=None):
     """Residual, value+Jacobian and (optionally) sparsity times, interleaved.
 
     ``residual_in_pool``: run the plain residual with sparsegrad's memory pool
-    as numpy's allocator too, so that neither side pays page faults.
+    as numpy's allocator too, so that neither side pays page faults.  ``sync``:
+    called after every timed call (a GPU's stream synchronisation, so that the
+    time is the device's work, not its launch).
 
     Returns a dict: ``residual``, ``jacobian``, ``sparsity`` (median seconds),
     ``ratio`` (median over repeats of jacobian/residual) and ``sparsity_ratio``
@@ -169,6 +171,8 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
     funcs = {"residual": plain, "jacobian": jacobian}
     if sparsity:
         funcs["sparsity"] = pattern
+    if sync is not None:
+        funcs = {name: (lambda f=f: (f(), sync())) for name, f in funcs.items()}
     plain()
     # the first evaluation of this case, with sparsegrad's memory pool and structure
     # cache emptied: what a single Jacobian costs, against the repeated ones below
@@ -177,7 +181,7 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
     _forget_structure()
     gc.collect()
     start = time.perf_counter()
-    jacobian()
+    funcs["jacobian"]()
     first = time.perf_counter() - start
     for f in funcs.values():       # warm up: imports, caches, first-touch of memory
         f()

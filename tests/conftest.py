@@ -15,6 +15,8 @@ import os
 import numpy as np
 import pytest
 
+from device_check import DEVICES, namespace
+
 try:
     from hypothesis import HealthCheck, settings
 except ImportError:  # hypothesis is a test extra; plain tests still run
@@ -35,14 +37,16 @@ RNG_SEED = 20240611
 @pytest.fixture(scope="session")
 def cupy():
     """CuPy with a CUDA device; the test is skipped, saying why, without one."""
-    cupy = pytest.importorskip("cupy")
-    try:
-        n_devices = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # CUDA driver or runtime missing
-        pytest.skip("no CUDA device: %s" % exc)
-    if n_devices < 1:
-        pytest.skip("no CUDA device")
-    return cupy
+    return namespace("cupy")
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """The array module of a device, for the device-path tests: the strict fake of
+    ``sparsegrad.gpu._device`` (numpy arrays that refuse host arrays, on every
+    machine), then CuPy on a real GPU (skipped, saying why, without one); see
+    ``device_check.namespace``."""
+    return namespace(request.param)
 
 
 @pytest.fixture

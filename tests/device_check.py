@@ -1,30 +1,76 @@
-"""The one check of the fake-device tests: a result computed on the device equals
-the CPU's.
+"""The one check of the device tests: a result computed on a device equals the
+CPU's.
 
 The device path must give the CPU backend's value (left on the device), the same
 stored pattern (structural zeros included) and the same Jacobian values, to
-rounding.
+rounding.  The device is the fake of ``sparsegrad.gpu._device`` or CuPy (the
+``device`` fixture of conftest.py).
 """
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 
-from sparsegrad.gpu._device import DeviceArray, fake
+from sparsegrad.gpu._device import fake, fake_backend
+
+#: the devices the device-path tests run on (:func:`namespace` of each)
+DEVICES = ["fake", pytest.param("cupy", marks=pytest.mark.gpu)]
 
 
-def assert_matches_cpu(got, expected, rtol, atol=0.0, value_rtol=None, value_atol=0.0):
-    """``got`` (from a device seed) against ``expected`` (the same program on the CPU).
+def namespace(name):
+    """The array module of device ``name``, its sparsegrad backend registered:
+    ``"fake"`` (the fake device, always there) or ``"cupy"`` (a real GPU; the test
+    is skipped, saying why, without CuPy or a CUDA device)."""
+    if name == "fake":
+        fake_backend()
+        return fake
+    cupy = pytest.importorskip("cupy")
+    try:
+        n_devices = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDA driver or runtime missing
+        pytest.skip("no CUDA device: %s" % exc)
+    if n_devices < 1:
+        pytest.skip("no CUDA device")
+    from sparsegrad import gpu
+    gpu.backend()
+    return cupy
+
+
+#: the least tolerances on a real GPU (see assert_matches_cpu)
+GPU_RTOL, GPU_ATOL = 1e-12, 1e-14
+
+
+def on_host(array):
+    """A device result (dense or sparse, fake or CuPy) as numpy / SciPy."""
+    if sp.issparse(array) or isinstance(array, np.ndarray) and not isinstance(
+            array, fake.ndarray):
+        return array
+    if isinstance(array, fake.ndarray):
+        return fake.asnumpy(array)
+    return array.get()       # CuPy arrays and cupyx.scipy.sparse matrices
+
+
+def assert_matches_cpu(got, expected, rtol, atol=0.0, value_rtol=None, value_atol=0.0,
+                       device=fake):
+    """``got`` (from a seed on ``device``) against ``expected`` (the same program on
+    the CPU).
 
     ``rtol``/``atol`` bound the Jacobian values, ``value_rtol``/``value_atol``
-    the values (``value_rtol`` None: the values are equal bit for bit).
+    the values (``value_rtol`` None: the values are equal bit for bit).  On a
+    real GPU the math library rounds differently from the CPU's (``exp``,
+    ``sin``, fused multiply-adds: a few ulp), so there the bounds are at least
+    :data:`GPU_RTOL` (and :data:`GPU_ATOL` for values that cancel to ~0).
     """
-    assert isinstance(got.value, DeviceArray), type(got.value)
-    value = fake.asnumpy(got.value)
+    if device is not fake:
+        rtol, atol = max(rtol, GPU_RTOL), max(atol, GPU_ATOL)
+        value_rtol, value_atol = max(value_rtol or 0.0, GPU_RTOL), max(value_atol, GPU_ATOL)
+    assert isinstance(got.value, device.ndarray), type(got.value)
+    value = device.asnumpy(got.value)
     if value_rtol is None:
         assert_array_equal(value, expected.value)
     else:
         assert_allclose(value, expected.value, rtol=value_rtol, atol=value_atol)
-    J, J_cpu = got.dvalue, expected.dvalue
+    J, J_cpu = on_host(got.dvalue), expected.dvalue
     if sp.issparse(J_cpu):
         J, J_cpu = sp.csr_matrix(J), sp.csr_matrix(J_cpu)
         assert J.shape == J_cpu.shape

@@ -17,6 +17,8 @@ import pytest
 from sparsegrad import forward
 from sparsegrad.testing import numerical_jacobian
 
+from device_check import assert_matches_cpu
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:   # asv_benchmarks is not installed; pytest may start elsewhere
     sys.path.insert(0, ROOT)
@@ -65,6 +67,21 @@ def test_residual_on_arrays_and_forward_values(problem):
     assert pattern.shape == J.shape
     assert np.array_equal(pattern.indptr, J.indptr)
     assert np.array_equal(pattern.indices, J.indices)
+
+
+def test_residual_on_a_device(problem, device):
+    # setup(n, xp) puts x0 and every constant on the device: the residual runs
+    # there unchanged, plain and seeded, and gives the CPU's numbers
+    n = TINY[problem.key]
+    residual, x0 = problem.setup(n)
+    residual_device, x0_device = problem.setup(n, xp=device)
+    assert isinstance(x0_device, device.ndarray)
+    plain = residual_device(x0_device)
+    assert isinstance(plain, device.ndarray)
+    np.testing.assert_allclose(device.asnumpy(plain), residual(x0), rtol=1e-13, atol=1e-12)
+    assert_matches_cpu(residual_device(forward.seed(x0_device)), residual(forward.seed(x0)),
+                       rtol=1e-13, atol=1e-12, value_rtol=1e-13, value_atol=1e-12,
+                       device=device)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
@@ -204,3 +221,22 @@ def test_plot(tmp_path):
     png = tmp_path / "plot.png"
     assert plot_performance.main([str(path), "-o", str(png)]) == 0
     assert png.stat().st_size > 1000
+
+
+def test_gpu_ratios_on_the_fake_device(capsys, monkeypatch):
+    # the GPU script's measuring and checking, run on the fake device with a do-nothing
+    # stream synchronisation, so that a device session spends no time on its typos
+    from types import SimpleNamespace
+
+    from asv_benchmarks import gpu_ratios
+    from sparsegrad.gpu._device import fake, fake_backend
+    fake_backend()
+    stream = SimpleNamespace(null=SimpleNamespace(synchronize=lambda: None))
+    device = SimpleNamespace(asarray=fake.asarray, cuda=SimpleNamespace(Stream=stream))
+    result = gpu_ratios.measure("sw", 5, device, repeats=1, min_time=0.0)
+    assert result["same_pattern_as_cpu"] and result["max_difference_to_cpu"] < 1e-14
+    assert result["ratio"] > 0 and result["label"] == "shallow water 5x5"
+    assert "function calls" in gpu_ratios.profile("pb", 10, device)
+    monkeypatch.setattr("sparsegrad.gpu.available", lambda: False)
+    assert gpu_ratios.main([]) == 2
+    assert "no CUDA device" in capsys.readouterr().out

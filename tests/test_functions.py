@@ -43,7 +43,7 @@ def _x(shape, *key):
 
 
 #: where the constants of the cases live: numpy, or the fake device's namespace
-#: while a case runs on the device (test_case_on_the_fake_device)
+#: while a case runs on the device (test_case_on_the_device)
 _CONSTANTS = {"xp": np}
 
 
@@ -369,19 +369,18 @@ def test_function_case(name, shape):
 
 
 @pytest.mark.parametrize("name,shape", list(_case_params()))
-def test_case_on_the_fake_device(name, shape, monkeypatch):
+def test_case_on_the_device(name, shape, device, monkeypatch):
     """The same case with the seed and its constants on a device (the fake device of
-    sparsegrad.gpu._device, which refuses host arrays as CuPy does): the device path
-    gives the CPU's value, pattern and Jacobian, and the value stays on the device."""
-    from sparsegrad.gpu._device import fake, fake_backend
-    fake_backend()
+    sparsegrad.gpu._device, which refuses host arrays as CuPy does, and CuPy on a
+    GPU): the device path gives the CPU's value, pattern and Jacobian, and the value
+    stays on the device."""
     f = CASES[name][0]
     x = _x(shape, name)
     expected = f(forward.seed(x))
-    monkeypatch.setitem(_CONSTANTS, "xp", fake)
-    got = f(forward.seed(fake.asarray(x)))
+    monkeypatch.setitem(_CONSTANTS, "xp", device)
+    got = f(forward.seed(device.asarray(x)))
     assert_matches_cpu(got, expected, rtol=1e-12, atol=1e-14, value_rtol=1e-13,
-                       value_atol=1e-15)
+                       value_atol=1e-15, device=device)
 
 
 def test_every_listed_function_has_a_case():

@@ -16,6 +16,8 @@ from sparsegrad import forward
 from sparsegrad import _jacobian as jac
 from sparsegrad.testing import assert_jacobian_equal, numerical_jacobian
 
+from device_check import on_host
+
 
 def _x(shape, k=0):
     rng = np.random.default_rng(1234 + k)
@@ -193,32 +195,29 @@ def _device_index(index, xp):
 
 @pytest.mark.parametrize("device_index", [False, True], ids=["host-index", "device-index"])
 @pytest.mark.parametrize("shape,index", [p for p in _read_params() if p.values[0] != ()])
-def test_read_on_the_fake_device(shape, index, device_index, monkeypatch):
-    """Every read case with the seed on a device, its index arrays on the host (CuPy
-    takes them) or on the device: the CPU's value and Jacobian, the value on the device.
-    A device index array is never copied to the host (its row numbers are computed
-    on the device)."""
+def test_read_on_the_device(shape, index, device_index, device, monkeypatch):
+    """Every read case with the seed on a device (the fake device; CuPy on a GPU),
+    its index arrays on the host (CuPy takes them) or on the device: the CPU's value
+    and Jacobian, the value on the device.  A device index array is never copied to
+    the host (its row numbers are computed on the device)."""
     from sparsegrad import _backend
-    from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
-    fake_backend()
     x0 = _x(shape)
-    key = _device_index(index, fake) if device_index else index
+    key = _device_index(index, device) if device_index else index
     if device_index:
         def refuse(x):
             if _backend.of(x) is not _backend.CPU:
                 raise AssertionError("an index array was copied to the host")
             return np.asarray(x)
         monkeypatch.setattr(_backend, "to_host", refuse)
-    y = forward.seed(fake.asarray(x0))[key]
-    assert isinstance(y.value, DeviceArray)
-    assert_array_equal(fake.asnumpy(y.value), x0[index])
-    assert_allclose(y.dvalue.toarray(), _gather_reference(shape, index), rtol=0, atol=0)
+    y = forward.seed(device.asarray(x0))[key]
+    assert isinstance(y.value, device.ndarray)
+    assert_array_equal(device.asnumpy(y.value), x0[index])
+    assert_allclose(on_host(y.dvalue).toarray(), _gather_reference(shape, index),
+                    rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device_index", [False, True], ids=["host-index", "device-index"])
-def test_writes_on_the_fake_device(device_index):
-    from sparsegrad.gpu._device import DeviceArray, fake, fake_backend
-    fake_backend()
+def test_writes_on_the_device(device_index, device):
     repeated = np.array([0, 2, 2, 5])
     mask = np.array([True, False, True, False, False, True])
 
@@ -233,11 +232,12 @@ def test_writes_on_the_fake_device(device_index):
 
     x0 = _x(6)
     expected = program(forward.seed(x0), np)
-    y = program(forward.seed(fake.asarray(x0)), fake if device_index else np)
-    assert isinstance(y.value, DeviceArray)
-    assert_allclose(fake.asnumpy(y.value), expected.value, rtol=1e-15)
-    assert (y.dvalue != expected.dvalue).nnz == 0
-    assert_array_equal(y.dvalue.indices, expected.dvalue.indices)
+    y = program(forward.seed(device.asarray(x0)), device if device_index else np)
+    assert isinstance(y.value, device.ndarray)
+    assert_allclose(device.asnumpy(y.value), expected.value, rtol=1e-15)
+    J = on_host(y.dvalue)
+    assert (J != expected.dvalue).nnz == 0
+    assert_array_equal(J.indices, expected.dvalue.indices)
 
 
 def test_write_residual_1d():

@@ -15,16 +15,16 @@ hypothesis, so hypothesis shrinks the program's structure, not the numbers,
 and cannot steer values onto the kinks of ``maximum``.
 """
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
 from sparsegrad import _backend, forward
-from sparsegrad.gpu._device import fake, fake_backend
 from sparsegrad.testing import numerical_jacobian
 
-from device_check import assert_matches_cpu
+from device_check import DEVICES, assert_matches_cpu, namespace, on_host
 
 MAX_SIZE = 32
 
@@ -413,20 +413,27 @@ def test_product_with_zero_factor_stores_entry():
     assert _stored(s, "sparsity") == _stored(y)
 
 
-@settings(**SETTINGS)
-@given(programs())
-def test_random_program_on_the_fake_device(program):
-    """The same programs with the seed on a device: the device path of the forward
+@pytest.mark.parametrize("device_name", DEVICES)
+def test_random_program_on_the_device(device_name):
+    """The same programs with the seed on a device (the fake device, which refuses
+    host arrays as CuPy does, and CuPy on a GPU): the device path of the forward
     logic (``sparsegrad._backend``) gives the CPU's value and Jacobian, and every
-    value stays on the device (the fake device refuses host arrays as CuPy does)."""
-    fake_backend()
-    x0 = program.x0
-    expected = program(forward.seed(x0))
-    y = program(forward.seed(fake.asarray(x0)))
-    assert_matches_cpu(y, expected, rtol=1e-12, atol=1e-13, value_rtol=1e-13,
-                       value_atol=1e-13)
-    assert _stored(program(forward.seed_sparsity(fake.asarray(x0))), "sparsity") == \
-        _stored(expected)
+    value stays on the device."""
+    device = namespace(device_name)
+
+    @settings(**SETTINGS)
+    @given(programs())
+    def check(program):
+        x0 = program.x0
+        expected = program(forward.seed(x0))
+        y = program(forward.seed(device.asarray(x0)))
+        assert_matches_cpu(y, expected, rtol=1e-12, atol=1e-13, value_rtol=1e-13,
+                           value_atol=1e-13, device=device)
+        pattern = sp.csr_matrix(
+            on_host(program(forward.seed_sparsity(device.asarray(x0))).sparsity))
+        assert (pattern.indptr.tolist(), pattern.indices.tolist()) == _stored(expected)
+
+    check()
 
 
 @settings(**SETTINGS)

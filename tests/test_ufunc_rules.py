@@ -406,41 +406,38 @@ def test_integer_argument_rule(ufunc, dtype, shape, variant, rng):
     _check(g, x0, _method(case, dtype), case.tol)
 
 
-def _on_the_fake_device(g, x0, g_device=None):
-    """``g_device`` (default ``g``) on a device seed (the fake device) against ``g``
-    on the CPU seed."""
-    from sparsegrad.gpu._device import fake, fake_backend
-    fake_backend()
+def _on_the_device(device, g, x0, g_device=None):
+    """``g_device`` (default ``g``) on a seed on ``device`` (the fake device, or
+    CuPy on a GPU) against ``g`` on the CPU seed."""
     with np.errstate(all="ignore"):
         expected = g(forward.seed(x0))
-        got = (g_device or g)(forward.seed(fake.asarray(x0)))
-    assert_matches_cpu(got, expected, rtol=1e-13)
+        got = (g_device or g)(forward.seed(device.asarray(x0)))
+    assert_matches_cpu(got, expected, rtol=1e-13, device=device)
 
 
 DEVICE_DTYPES = (F64, F32, C128)  # (CuPy has no longdouble)
 
 
 @pytest.mark.parametrize("ufunc, dtype", [p for p in UNARY if p.values[1] in DEVICE_DTYPES])
-def test_unary_rule_on_the_fake_device(ufunc, dtype, rng):
+def test_unary_rule_on_the_device(ufunc, dtype, device, rng):
     x0 = _sample(CASES[ufunc], 0, (2, 3), dtype, rng)
-    _on_the_fake_device(lambda s: ufunc(s), x0)
+    _on_the_device(device, lambda s: ufunc(s), x0)
 
 
 @pytest.mark.parametrize("variant", ["fwd_fwd_pieces", "fwd_const", "const_fwd",
                                      "fwd_pyscalar"])
 @pytest.mark.parametrize("ufunc, dtype",
                          [p for p in BINARY_FLOAT if p.values[1] in DEVICE_DTYPES])
-def test_binary_rule_on_the_fake_device(ufunc, dtype, variant, rng):
-    from sparsegrad.gpu._device import fake
+def test_binary_rule_on_the_device(ufunc, dtype, variant, device, rng):
     g, x0 = _binary_inputs(ufunc, dtype, variant, (2, 3), rng)
     if variant in ("fwd_const", "const_fwd"):  # the constant made on the device too
         constant = [c for c in g.__closure__ if isinstance(c.cell_contents, np.ndarray)]
-        value = fake.asarray(constant[0].cell_contents)
+        value = device.asarray(constant[0].cell_contents)
         h = (lambda s: ufunc(s, value)) if variant == "fwd_const" else \
             (lambda s: ufunc(value, s))
-        _on_the_fake_device(g, x0, h)
+        _on_the_device(device, g, x0, h)
     else:
-        _on_the_fake_device(g, x0)
+        _on_the_device(device, g, x0)
 
 
 def _common_case_params():
