@@ -36,7 +36,7 @@ from . import _jacobian as jac
 from ._errors import unsupported
 from ._indexing import row_index
 from ._deferred import Deferred, compute
-from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian,
+from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian,
                      cast_input, check_inexact_seed)
 
 INDEX_DTYPE = np.int64
@@ -148,7 +148,9 @@ def create(function, like, args, kwargs):
             return _full_of_forward(args, kwargs, fill)
     xp = like._jacobian.seed.backend.xp
     if xp is not np:  # created on the seed's device, by its namespace's function
-        kwargs = {k: v for k, v in kwargs.items() if k != "like"}
+        # (numpy passes device=None on, which CuPy's creation functions do not take)
+        kwargs = {k: v for k, v in kwargs.items()
+                  if k != "like" and not (k == "device" and v is None)}
         function = getattr(xp, function.__name__)
     array = function(*args, **kwargs)
     if not np.issubdtype(array.dtype, np.inexact):
@@ -316,6 +318,9 @@ def _movement_key(function, args, kwargs):
 _UNKEYABLE = object()
 
 
+_SPLITS = (np.split, np.array_split, np.hsplit, np.vsplit, np.dsplit)
+
+
 def _single(function):
     """Register ``function(a, ...)`` moving the data of its first argument."""
     @implements(function)
@@ -328,9 +333,12 @@ def _single(function):
         # (the row numbers live on the host: device index arguments go there for them)
         host_args = [v if _backend.of(v) is _backend.CPU else _backend.to_host(v)
                      for v in args]
-        return _move(lambda arrays, rows: function(arrays[0], *(host_args if rows else args),
-                                                   **kwargs), [a],
-                     key=_movement_key(function, args, kwargs))
+        # (and for the values of a split: CuPy splits only at positions in a list)
+        value_args = args if function not in _SPLITS else [
+            v.tolist() if isinstance(v, np.ndarray) else v for v in host_args]
+        return _move(lambda arrays, rows: function(arrays[0], *(host_args if rows else
+                                                                 value_args), **kwargs),
+                     [a], key=_movement_key(function, args, kwargs))
     return moved
 
 
@@ -404,9 +412,13 @@ def _diag(v, k=0):
 def _take(a, indices, axis=None, out=None, mode="raise"):
     _refuse("take", out=out)
     indices = nvalue(indices)
+    # the row numbers are taken on the host with mode= as given, so numpy raises for
+    # an index out of bounds there; the values without mode="raise" (CuPy's take
+    # has no mode=, and wraps)
+    values_mode = {} if mode == "raise" else {"mode": mode}
     return _move(lambda arrays, rows: np.take(
         arrays[0], _host(indices) if rows else _beside(indices, arrays[0]), axis=axis,
-        mode=mode), [a])
+        **({"mode": mode} if rows else values_mode)), [a])
 
 
 @implements(np.take_along_axis)
@@ -451,6 +463,16 @@ def _pad(array, pad_width, mode="constant", **kwargs):
                  key=_movement_key(np.pad, (pad_width, mode), kwargs))
 
 
+def _on_one_device(arrays):
+    """``arrays`` all where the first device array among them lives: numbers and
+    host constants joined to device values go there (CuPy joins only its arrays)."""
+    for array in arrays:
+        backend = _backend.of(array)
+        if backend is not _backend.CPU:
+            return [_backend.to_device(a, backend) for a in arrays]
+    return arrays
+
+
 def _sequence_function(function):
     @implements(function)
     def joined(arrays, *args, **kwargs):
@@ -468,7 +490,11 @@ def _sequence_function(function):
         def apply(arrs, rows):
             if rows:
                 return function(arrs, *args, **kwargs)
-            return function(arrs, *args, **options, **kwargs)
+            on_device = _on_one_device(arrs)
+            if function is np.column_stack and on_device is not arrs:
+                # (CuPy stacks no 0-d arrays; numpy makes both a (1, 1) column)
+                on_device = [a.reshape(1) if a.ndim == 0 else a for a in on_device]
+            return function(on_device, *args, **options, **kwargs)
         # (dtype= may change the values' dtype, and numpy checks casting=: with
         # either, the values are computed now)
         return _move(apply, arrays, defer=not options and not _holds_arrays(args, kwargs),
@@ -541,7 +567,7 @@ def _imag(val):
     if not isinstance(val, value):
         return np.imag(val)
     if not np.iscomplexobj(val._value):
-        return make(np.zeros(val.shape, val.dtype, like=val._value),
+        return make(_backend.of(val._value).xp.zeros(val.shape, val.dtype),
                     jac.zero(val._jacobian.seed, val.size))
     check_inexact_seed("numpy.imag", [val])
     from ._ufuncs import real_part
@@ -874,9 +900,9 @@ def _dot(a, b, out=None):
     if sparse is not None:
         return sparse
     av, bv = nvalue(a), nvalue(b)
-    result = np.dot(av, bv)
     if av.ndim == 0 or bv.ndim == 0:
-        return _scalar_product(a, b, av, bv, result)
+        return _scalar_product(a, b, av, bv)
+    result = np.dot(av, bv)
     letters = iter(_LETTERS)
     sa = "".join(next(letters) for _ in range(av.ndim))
     sb = [next(letters) for _ in range(bv.ndim)]
@@ -886,20 +912,21 @@ def _dot(a, b, out=None):
     return _linear([sa, sb], output, [a, b], result)
 
 
-def _scalar_product(a, b, av, bv, result):
-    """``dot`` or ``inner`` with a 0-d operand: the elementwise product.  numpy takes
-    a Python number as an array (float64: no weak-scalar promotion), so the
-    product is taken with the arrays and the value is numpy's."""
-    product = (a if isinstance(a, value) else av) * (b if isinstance(b, value) else bv)
-    return _finish(product, result)
+def _scalar_product(a, b, av, bv):
+    """``dot`` or ``inner`` with a 0-d operand: the elementwise product, numpy's
+    value and dtype.  numpy takes a Python number as a float64 array (no
+    weak-scalar promotion), so the product is taken with it as a numpy scalar
+    (CuPy's dot takes only arrays, and no 0-d host array beside its own)."""
+    return (a if isinstance(a, value) else number(av)) * \
+        (b if isinstance(b, value) else number(bv))
 
 
 @implements(np.inner)
 def _inner(a, b):
     av, bv = nvalue(a), nvalue(b)
-    result = np.inner(av, bv)
     if av.ndim == 0 or bv.ndim == 0:
-        return _scalar_product(a, b, av, bv, result)
+        return _scalar_product(a, b, av, bv)
+    result = np.inner(av, bv)
     sa = _LETTERS[:av.ndim - 1] + "z"
     sb = _LETTERS[av.ndim - 1:av.ndim + bv.ndim - 2] + "z"
     return _linear([sa, sb], sa[:-1] + sb[:-1], [a, b], result)
@@ -1004,8 +1031,9 @@ def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue
          where=np._NoValue):
     _refuse("sum", out=out, where=where)
     a = cast_input(a, dtype, "numpy.sum")
+    # (initial= passed only when given: CuPy's sum has no such keyword)
     result = np.sum(nvalue(a), axis=axis, dtype=dtype, keepdims=keepdims,
-                    initial=initial)
+                    **({} if initial is np._NoValue else {"initial": initial}))
     if not isinstance(a, value):
         return result
     J, _ = _sum_jacobian(a, axis, keepdims)
@@ -1088,7 +1116,7 @@ def _exclusive_products(x, axes):
                           + (math.prod(moved.shape[moved.ndim - len(axes):]),))
     if lines.shape[-1] == 0:
         return np.ones_like(x)
-    ones = np.ones(lines.shape[:-1] + (1,), dtype=x.dtype, like=x)
+    ones = _backend.of(x).xp.ones(lines.shape[:-1] + (1,), dtype=x.dtype)
     left = np.cumprod(np.concatenate([ones, lines[..., :-1]], axis=-1), axis=-1)
     right = np.cumprod(np.concatenate([ones, lines[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
     products = (left * right).reshape(moved.shape)
@@ -1102,11 +1130,12 @@ def _cumprod(a, axis, result):
     n = xv.shape[-1]
     # coefficient[..., i, j] = prod_{k <= i, k != j} x_k for j <= i, as
     # (prod_{k < j} x_k) * (prod_{j < k <= i} x_k), without division
-    ones = np.ones(xv.shape[:-1] + (1,), dtype=xv.dtype, like=xv)
+    xp = _backend.of(xv).xp       # (the constants made where the values live)
+    ones = xp.ones(xv.shape[:-1] + (1,), dtype=xv.dtype)
     before = np.cumprod(np.concatenate([ones, xv[..., :-1]], axis=-1), axis=-1)
-    below = np.tril(np.ones((n, n), dtype=bool, like=xv), -1)
+    below = np.tril(xp.ones((n, n), dtype=bool), -1)
     after = np.cumprod(np.where(below, xv[..., :, None], 1), axis=-2)
-    lower = np.tril(np.ones((n, n), dtype=bool, like=xv))
+    lower = np.tril(xp.ones((n, n), dtype=bool))
     coefficient = np.where(lower, before[..., None, :] * after, 0)
     batch = _LETTERS[:xv.ndim - 1]
     moved = _structural_linear([batch + "YZ", batch + "Z"], batch + "Y",
@@ -1186,8 +1215,9 @@ def select(condition, a, b):
     The unselected branch contributes structural zeros only, so an inf or nan in
     its value or Jacobian never reaches the result.
     """
-    condition = nvalue(condition)
     a, b = coerce(a), coerce(b)
+    # (a host condition goes to the branches' device, where CuPy's where wants it)
+    condition = _on_one_device([plain(a), plain(b), nvalue(condition)])[-1]
     result = np.where(condition, plain(a), plain(b))
     forwards = _forwards([a, b])
     if not forwards:
@@ -1212,8 +1242,9 @@ def _clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
     # only one of a_min, a_max, and keeps Python numbers weak (a float32 result
     # for float32 values)
     bounds = [nvalue(b) if isinstance(b, value) else b for b in (a_min, a_max, min, max)]
-    result = np.clip(nvalue(a), bounds[0], bounds[1], min=bounds[2], max=bounds[3],
-                     **kwargs)
+    # (min=/max= passed only when given: CuPy's clip has neither)
+    given = {k: v for k, v in zip(("min", "max"), bounds[2:]) if v is not np._NoValue}
+    result = np.clip(nvalue(a), bounds[0], bounds[1], **given, **kwargs)
     low = a_min if a_min is not np._NoValue else min
     high = a_max if a_max is not np._NoValue else max
     low = None if low is np._NoValue else low
@@ -1231,7 +1262,7 @@ def _clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
 def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
     if n == 0:  # numpy's own rule: the input itself, prepend, append and axis unused
         return a
-    extras = {k: nvalue(v) for k, v in (("prepend", prepend), ("append", append))
+    extras = {k: number(nvalue(v)) for k, v in (("prepend", prepend), ("append", append))
               if v is not np._NoValue}
     result = np.diff(nvalue(a), n, axis, **extras)
     ndim = np.ndim(nvalue(a))
@@ -1245,7 +1276,7 @@ def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
             shape[axis] = 1
             if np.ndim(nvalue(extra)) == 0:
                 if not isinstance(extra, value):  # (a number: made where a lives)
-                    extra = np.asarray(extra, like=nvalue(a))
+                    extra = _backend.of(nvalue(a)).xp.asarray(extra)
                 extra = np.broadcast_to(extra, shape)
             pieces.append(extra)
     x = np.concatenate(pieces, axis=axis) if len(pieces) > 1 else a
@@ -1290,11 +1321,11 @@ def _gradient_along(f, axis, h, edge_order):
         raise ValueError("Shape of array too small to calculate a numerical gradient, "
                          "at least (edge_order + 1) elements are required.")
     trailing = (1,) * (g.ndim - 1)
-    like = nvalue(f)  # (the spacings are made where the values live)
+    xp = _backend.of(nvalue(f)).xp  # (the spacings are made where the values live)
     if np.ndim(h) == 0:
-        dx = np.full(n - 1, float(h), like=like)
+        dx = xp.full(n - 1, float(h))
     else:
-        dx = np.diff(np.asarray(h, dtype=float, like=like))
+        dx = np.diff(xp.asarray(h, dtype=float))
 
     def col(c):
         return c.reshape((-1,) + trailing)
@@ -1359,6 +1390,9 @@ def _norm(x, ord=None, axis=None, keepdims=False):
 
 @implements(np.linalg.vector_norm)
 def _vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    if _backend.of(nvalue(x)) is not _backend.CPU:
+        # (CuPy has no vector_norm: the value is the one computed with the Jacobian)
+        return _vector_p_norm(x, ord, axis, keepdims, "numpy.linalg.vector_norm")
     # numpy's call first: it checks the axes and the order, and gives the value
     result = np.linalg.vector_norm(nvalue(x), axis=axis, keepdims=keepdims, ord=ord)
     # always a vector norm: a tuple of axes (or None) takes the elements over them

@@ -44,7 +44,7 @@ _SQRT_PI = np.sqrt(np.pi)
 
 def _log(base, like):
     """``log(base)`` in the precision of ``like`` (longdouble needs more than float64)."""
-    return np.log(np.asarray(base, dtype=like.dtype, like=like))
+    return np.log(like.dtype.type(base))   # (a numpy scalar: it mixes with CuPy arrays)
 
 
 def _power_exponent_partial(x, y, out):
@@ -145,13 +145,15 @@ DERIVATIVES = {
 
 NON_HOLOMORPHIC = frozenset([np.absolute, np.conjugate])
 
+# (comparisons by ufunc call, not operator: a numpy scalar's operator hands the
+# ufunc a 0-d host array, which a CuPy array beside it refuses)
 SELECTIONS = {
     # nan propagates from whichever argument holds it
-    np.maximum: lambda x, y, out: (x >= y) | np.isnan(x),
-    np.minimum: lambda x, y, out: (x <= y) | np.isnan(x),
+    np.maximum: lambda x, y, out: np.greater_equal(x, y) | np.isnan(x),
+    np.minimum: lambda x, y, out: np.less_equal(x, y) | np.isnan(x),
     # nan is ignored when the other argument is a number
-    np.fmax: lambda x, y, out: (x >= y) | np.isnan(y),
-    np.fmin: lambda x, y, out: (x <= y) | np.isnan(y),
+    np.fmax: lambda x, y, out: np.greater_equal(x, y) | np.isnan(y),
+    np.fmin: lambda x, y, out: np.less_equal(x, y) | np.isnan(y),
 }
 
 #: ufuncs whose rule holds for real values only, and why complex values are refused
@@ -209,7 +211,9 @@ def _trigamma(x, out):
     if np.iscomplexobj(x):  # scipy's polygamma has no complex loop
         from ._errors import unsupported
         raise unsupported("scipy.special.digamma", "no derivative for complex arguments")
-    return sc.polygamma(1, x)
+    # polygamma(1, x) is zeta(2, x) (scipy computes it so); zeta is a ufunc, which
+    # CuPy implements too, where polygamma is a Python function of host arrays
+    return sc.zeta(2.0, x)
 
 
 def _add_scipy_special():

@@ -18,7 +18,7 @@ from . import _ufunc_rules as rules
 from ._errors import unsupported
 from ._deferred import Deferred, compute
 from ._indexing import row_index
-from ._value import (value, nvalue, plain, coerce, make, broadcast_jacobian, cast_input,
+from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian, cast_input,
                      cast_is_constant, check_inexact_seed, _broadcast_rows, _device_keys)
 
 __all__ = ["apply", "call"]
@@ -125,7 +125,9 @@ def _call(ufunc, inputs, kwargs):
         return _sparse_times(inputs)
     category = rules.classify(ufunc)
     inputs = [coerce(i) for i in inputs]
-    values = [plain(i) for i in inputs]
+    # (0-d host arrays as numpy scalars, which CuPy takes beside its arrays; numpy
+    # treats the two alike)
+    values = [number(plain(i)) for i in inputs]
     if category == "predicate":
         return ufunc(*values, **kwargs)
     if category == "linear_algebra":
@@ -333,8 +335,10 @@ def _at_precision(values, dtype, partials=None):
     cast = []
     for i, v in enumerate(values):
         if isinstance(v, (float, complex)) and inexact:
-            v = np.asarray(v, dtype=np.result_type(dtype, type(v)))
-        elif (isinstance(v, np.ndarray) or _backend.of(v) is not _backend.CPU) \
+            # (a numpy scalar, not a 0-d array: CuPy takes only the former beside
+            # its arrays)
+            v = np.result_type(dtype, type(v)).type(v)
+        elif (isinstance(v, (np.ndarray, np.generic)) or _backend.of(v) is not _backend.CPU) \
                 and inexact and v.dtype.kind in "fc" \
                 and v.dtype != dtype and np.can_cast(v.dtype, dtype, "safe"):
             v = v.astype(dtype)
@@ -344,6 +348,8 @@ def _at_precision(values, dtype, partials=None):
                     partials is not None and partials[i] is None):
                 # (at least double: an integer is exact there, also next to float16)
                 v = v.astype(np.result_type(dtype, np.float64))
+            if type(v) is np.ndarray and v.ndim == 0:
+                v = v[()]       # (a number, as above)
         cast.append(v)
     return cast
 

@@ -339,8 +339,8 @@ class value(NDArrayOperatorsMixin):
                 piece = _ufuncs.real_part(piece)
             source_rows = _broadcast_rows(new.shape, target_rows.shape)
             new_array = new._value
-        else:
-            new_array = nvalue(new)
+        else:  # (a number or host constant written into a device array goes there)
+            new_array = _backend.to_device(nvalue(new), _backend.of(self._array))
         if not self._owns:  # copy on write: never write into a shared array
             self._array = self._array.copy()
             self._owns = True
@@ -501,8 +501,10 @@ def _device_keys(key, array, device_rows=False):
     if backend is _backend.CPU:
         return key, key, np
     parts = key if isinstance(key, tuple) else (key,)
+    # (a 0-d host index array as the number it holds: CuPy takes that, and numpy
+    # reads the two alike)
     on_device = tuple(_backend.to_device(k, backend) if isinstance(k, np.ndarray) and k.ndim
-                      else k for k in parts)
+                      else number(k) for k in parts)
     if device_rows and any(_backend.of(k) is backend for k in parts):
         on_host, xp = on_device, backend.xp
     else:
@@ -632,6 +634,18 @@ def nvalue(x):
     if isinstance(x, np.ndarray):  # (subclasses kept, as numpy would see them)
         return x
     return _backend.asarray(x)
+
+
+def number(x):
+    """A 0-d numpy array as the numpy scalar it holds; anything else unchanged.
+
+    CuPy mixes numpy scalars with its arrays but refuses 0-d numpy arrays, which
+    ``np.asarray(2.0)`` makes of a Python number.
+
+    >>> number(np.asarray(2.0)), number(np.ones(2))
+    (np.float64(2.0), array([1., 1.]))
+    """
+    return x[()] if type(x) is np.ndarray and x.ndim == 0 else x
 
 
 def make(array, jacobian):

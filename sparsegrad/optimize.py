@@ -14,6 +14,7 @@ raised and never hung on.
 >>> result.success, result.x
 (True, array([2., 3.]))
 """
+import inspect
 import operator
 import time
 import warnings
@@ -175,7 +176,8 @@ def _device_solver(backend, linear_solver, options):
             raise ValueError("linear_options %s: GMRES on the %s device runs without a "
                              "preconditioner" % (", ".join(unused), backend.name))
         settings = _krylov_settings("gmres", options)
-        settings["tol"] = settings.pop("rtol")  # (cupyx's name for it)
+        if "rtol" not in inspect.signature(linalg.gmres).parameters:
+            settings["tol"] = settings.pop("rtol")  # (CuPy before 14 named it tol)
 
         def solve(J, b):
             step, info = linalg.gmres(J, b, **settings)

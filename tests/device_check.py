@@ -36,8 +36,16 @@ def namespace(name):
     return cupy
 
 
-#: the least tolerances on a real GPU (see assert_matches_cpu)
-GPU_RTOL, GPU_ATOL = 1e-12, 1e-14
+#: the least tolerances on a real GPU by precision, (rtol, atol): double, single
+#: (see assert_matches_cpu)
+GPU_TOLERANCES = {8: (1e-12, 1e-14), 4: (1e-5, 1e-6)}
+
+
+def gpu_tolerance(dtype):
+    """``(rtol, atol)`` of a real GPU's rounding for results of ``dtype``."""
+    dtype = np.dtype(dtype)
+    size = dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+    return GPU_TOLERANCES[4 if size <= 4 else 8]
 
 
 def on_host(array):
@@ -59,11 +67,12 @@ def assert_matches_cpu(got, expected, rtol, atol=0.0, value_rtol=None, value_ato
     the values (``value_rtol`` None: the values are equal bit for bit).  On a
     real GPU the math library rounds differently from the CPU's (``exp``,
     ``sin``, fused multiply-adds: a few ulp), so there the bounds are at least
-    :data:`GPU_RTOL` (and :data:`GPU_ATOL` for values that cancel to ~0).
+    those of :func:`gpu_tolerance` (the atol for values that cancel to ~0).
     """
     if device is not fake:
-        rtol, atol = max(rtol, GPU_RTOL), max(atol, GPU_ATOL)
-        value_rtol, value_atol = max(value_rtol or 0.0, GPU_RTOL), max(value_atol, GPU_ATOL)
+        least_rtol, least_atol = gpu_tolerance(expected.value.dtype)
+        rtol, atol = max(rtol, least_rtol), max(atol, least_atol)
+        value_rtol, value_atol = max(value_rtol or 0.0, least_rtol), max(value_atol, least_atol)
     assert isinstance(got.value, device.ndarray), type(got.value)
     value = device.asnumpy(got.value)
     if value_rtol is None:

@@ -9,10 +9,16 @@ code path run on the CPU with the same refusal:
 
 * :class:`DeviceArray` is a numpy array subclass, "on the device".  A ufunc
   (operators included), a numpy function or an index (``a[i]``, ``a[i] = v``)
-  that combines a DeviceArray with a host ndarray of ``ndim > 0`` raises
-  ``TypeError("host array mixed with device array ...")``.  0-d arrays and
-  Python or numpy scalars mix freely, as they do with CuPy.  Results are
-  DeviceArrays.
+  that combines a DeviceArray with a host ndarray raises
+  ``TypeError("host array mixed with device array ...")``; 0-d host arrays
+  too (CuPy 14 takes Python and numpy scalars, ``np.float64(2.0)``, but not
+  ``np.asarray(2.0)``).  Results are DeviceArrays.
+* numpy functions called with keywords that CuPy's function of that name does
+  not take (:data:`CUPY_LACKS`: ``np.sum(..., initial=)``, ``np.clip(...,
+  min=)``, ``np.take(..., mode=)``, the ``device=`` that ``np.zeros(n,
+  like=d)`` passes on) raise CuPy's ``TypeError``, and functions CuPy lacks
+  (``np.linalg.vector_norm``) raise as numpy does when no implementation
+  exists.
 * :data:`fake` is a module-like namespace, the ``cupy`` of the fake device:
   the numpy functions sparsegrad's kernels use and every numpy ufunc, which
   refuse host arrays and return DeviceArrays; creation functions; ``asarray``
@@ -49,18 +55,41 @@ __all__ = ["DeviceArray", "FakeDevice", "fake", "fake_backend"]
 
 
 def _host_arrays(values):
-    """Host ndarrays of ``ndim > 0`` among ``values`` (lists and tuples searched)."""
+    """Host ndarrays among ``values`` (lists and tuples searched), 0-d ones included:
+    CuPy refuses them where it takes numpy scalars."""
     for value in values:
         if isinstance(value, (list, tuple)):
             yield from _host_arrays(value)
-        elif (isinstance(value, np.ndarray) and not isinstance(value, DeviceArray)
-              and value.ndim > 0):
+        elif isinstance(value, np.ndarray) and not isinstance(value, DeviceArray):
             yield value
 
 
 def _foreign(value):
     """An object of another type that overrides ufuncs (not an ndarray)."""
     return hasattr(type(value), "__array_ufunc__") and not isinstance(value, np.ndarray)
+
+
+#: numpy functions whose CuPy namesake lacks keywords (CuPy 14.2), and those keywords;
+#: ``None``: CuPy has no such function
+CUPY_LACKS = {
+    np.sum: ("initial", "where"), np.prod: ("initial", "where"),
+    np.max: ("initial", "where"), np.min: ("initial", "where"),
+    np.clip: ("min", "max"), np.take: ("mode",),
+    np.linalg.vector_norm: None,
+}
+
+
+def _refuse_what_cupy_lacks(func, kwargs):
+    lacked = CUPY_LACKS.get(func, ())
+    if lacked is None:
+        raise TypeError("no implementation found for 'numpy.%s' on the fake device "
+                        "(CuPy has none)" % func.__name__)
+    # numpy passes ``device=`` on when a creation function dispatches on ``like=``;
+    # no CuPy function takes it
+    for name in tuple(lacked) + ("device",):
+        if name in kwargs:
+            raise TypeError("%s() got an unexpected keyword argument %r (as CuPy's)"
+                            % (func.__name__, name))
 
 
 def _refuse_host(where, *values):
@@ -126,6 +155,7 @@ class DeviceArray(np.ndarray):
     def __array_function__(self, func, types, args, kwargs):
         if any(not issubclass(t, np.ndarray) for t in types):
             return NotImplemented  # an overriding type (a forward value) decides
+        _refuse_what_cupy_lacks(func, kwargs)
         _refuse_host("numpy." + func.__name__, args, tuple(kwargs.values()))
         # numpy's implementation runs on plain arrays: what it mixes inside is its own
         # business (CuPy implements these functions natively)
@@ -273,8 +303,8 @@ class _FakeLinalg:
         return fake.asarray(scipy.sparse.linalg.spsolve(J.tocsc(), fake.asnumpy(b)))
 
     @staticmethod
-    def gmres(J, b, tol, atol, restart, maxiter):
-        step, info = scipy.sparse.linalg.gmres(J, fake.asnumpy(b), rtol=tol, atol=atol,
+    def gmres(J, b, rtol, atol, restart, maxiter):
+        step, info = scipy.sparse.linalg.gmres(J, fake.asnumpy(b), rtol=rtol, atol=atol,
                                                restart=restart, maxiter=maxiter)
         return fake.asarray(step), info
 
