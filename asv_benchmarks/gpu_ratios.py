@@ -99,7 +99,13 @@ def main(argv=None):
     parser.add_argument("--profile", action="append", metavar="KEY=N",
                         help="also print a profile of the host's time for this case")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--no-structure", action="store_true",
+                        help="keep no structure between evaluations "
+                             "(sparsegrad.structure_cache_limit(0)), to see what it gains")
     args = parser.parse_args(argv)
+    import sparsegrad
+    if args.no_structure:
+        sparsegrad.structure_cache_limit(0)
     from sparsegrad import gpu
     if not gpu.available():
         print("no CUDA device (CuPy missing, or no GPU visible)")

@@ -105,10 +105,11 @@ def _column_block(matrix, first, stop):
     must be that of the full Jacobian, explicit zeros included.
     """
     indices = matrix.indices
+    xp = _backend.of(indices).xp     # (a GPU's matrix is cut on the GPU)
     keep = (indices >= first) & (indices < stop)
-    counts = np.concatenate([[0], np.cumsum(keep)])
+    counts = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(keep)])
     indptr = counts[matrix.indptr].astype(matrix.indptr.dtype)
-    return scipy.sparse.csr_matrix(
+    return type(matrix)(
         (matrix.data[keep], (indices[keep] - first).astype(indices.dtype), indptr),
         shape=(matrix.shape[0], stop - first))
 

@@ -19,6 +19,7 @@ on the values at which it is evaluated.
 array([2., 4., 6.])
 """
 import itertools
+import weakref
 from functools import lru_cache
 
 import numpy as np
@@ -67,7 +68,7 @@ class Seed:
         # combine by row scaling instead of a merge; read-only int64 copies of
         # the integer index arrays read from its values, by the array's id (see
         # sparsegrad._value._rows_read)
-        self.structure = _structure.for_seed(self.size, backend is _backend.CPU)
+        self.structure = _structure.for_seed(self.size, backend.name)
 
 
 def _readonly(array):
@@ -825,7 +826,13 @@ class _Rows:
         if backend is _backend.CPU:
             return self.flat  # (never device row numbers: they only meet device data)
         if self._device_flat is None or self._device_flat[0] is not backend:
-            self._device_flat = (backend, _backend.to_device(self.flat, backend))
+            if self._view is not None:
+                # (a strided view of arange is made there from its strides: no host
+                # array built, nothing copied, at every evaluation)
+                flat = _strided_rows(self._view, self.shape, backend.xp)
+            else:
+                flat = _device_copy(self.flat, backend)
+            self._device_flat = (backend, flat)
         return self._device_flat[1]
 
     def equals(self, stored):
@@ -864,6 +871,45 @@ class _Rows:
         item = v.itemsize
         return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,
                           strides=tuple(step * item for step in steps)).ravel()
+
+
+#: device copies of read-only host row numbers: ``(id, backend name)`` ->
+#: ``(weak reference to the host array, copy)``, dropped with the host array
+_DEVICE_COPIES = {}
+
+
+def _device_copy(host, backend):
+    """``host`` copied to ``backend``.  The copy of a read-only host array (the row
+    numbers of a movement, kept between evaluations by the structure cache) is
+    kept while that array lives, so it crosses to the device once, not at every
+    evaluation."""
+    if host.flags.writeable:
+        return _backend.to_device(host, backend)
+    key = (id(host), backend.name)
+    known = _DEVICE_COPIES.get(key)
+    if known is not None and known[0]() is host:
+        return known[1]
+    copy = _backend.to_device(host, backend)
+    _DEVICE_COPIES[key] = (weakref.ref(host, lambda _, key=key: _DEVICE_COPIES.pop(key, None)),
+                           copy)
+    return copy
+
+
+def _strided_rows(view, shape, xp):
+    """The row numbers of the view ``(offset, steps)`` of ``arange`` with ``shape``,
+    made by ``xp`` as one flat int64 array: ``offset + sum_i index_i * steps[i]``.
+
+    >>> _strided_rows((1, (4, 1)), (2, 3), np).tolist()
+    [1, 2, 3, 5, 6, 7]
+    """
+    offset, steps = view
+    rows = xp.full(shape, offset, dtype=INDEX_DTYPE)
+    for axis, (n, step) in enumerate(zip(shape, steps)):
+        if step and n > 1:
+            along = [1] * len(shape)
+            along[axis] = n
+            rows += (xp.arange(n, dtype=INDEX_DTYPE) * step).reshape(along)
+    return rows.reshape(-1)
 
 
 def _same_rows(a, b):

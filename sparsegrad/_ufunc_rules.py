@@ -35,6 +35,8 @@ array(1.)
 """
 import numpy as np
 
+from . import _backend
+
 __all__ = ["Operand", "DERIVATIVES", "SELECTIONS", "SECOND_WHERE", "PIECEWISE_CONSTANT",
            "PREDICATES", "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "REAL_ONLY",
            "classify", "rule_name"]
@@ -211,9 +213,10 @@ def _trigamma(x, out):
     if np.iscomplexobj(x):  # scipy's polygamma has no complex loop
         from ._errors import unsupported
         raise unsupported("scipy.special.digamma", "no derivative for complex arguments")
-    # polygamma(1, x) is zeta(2, x) (scipy computes it so); zeta is a ufunc, which
-    # CuPy implements too, where polygamma is a Python function of host arrays
-    return sc.zeta(2.0, x)
+    if _backend.is_cupy(x):  # (scipy's polygamma is a Python function of host arrays)
+        import cupyx.scipy.special
+        return cupyx.scipy.special.polygamma(1, x)
+    return sc.polygamma(1, x)
 
 
 def _add_scipy_special():

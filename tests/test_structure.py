@@ -9,8 +9,11 @@ from numpy.testing import assert_array_equal
 import sparsegrad
 from sparsegrad import forward
 from sparsegrad import _structure
+from sparsegrad.gpu._device import fake
 from sparsegrad.testing import numerical_jacobian
 from asv_benchmarks.problems import PROBLEMS
+
+from device_check import gpu_tolerance, on_host
 
 
 pytestmark = pytest.mark.usefixtures("fresh_structure_cache")
@@ -129,9 +132,42 @@ def test_sums_do_not_depend_on_what_earlier_evaluations_left():
     _same(_jacobian(residual, x0), fresh)
 
 
-def test_device_seeds_keep_their_own():
-    from sparsegrad.gpu._device import fake, fake_backend
-    fake_backend()                                    # (registers the fake device)
-    x = forward.seed(fake.asarray(np.ones(4)))
+def test_device_seeds_share_a_structure_of_their_own(device):
+    x = forward.seed(device.asarray(np.ones(4)))
     assert x._jacobian.seed.backend is not sparsegrad._backend.CPU
-    assert not x._jacobian.seed.structure.shared
+    assert x._jacobian.seed.structure.shared
+    assert forward.seed(device.asarray(np.ones(4)))._jacobian.seed.structure is \
+        x._jacobian.seed.structure
+    assert forward.seed(np.ones(4))._jacobian.seed.structure is not x._jacobian.seed.structure
+
+
+@pytest.mark.parametrize("name, n", [("sw", 6), ("pb", 20), ("bratu", 5), ("dd", 10)])
+def test_a_repeated_evaluation_on_a_device(name, n, device):
+    residual, x0 = PROBLEMS[name].setup(n, xp=device)
+    expected = _jacobian(*PROBLEMS[name].setup(n))
+    first = on_host(_jacobian(residual, x0))
+    before = sparsegrad.structure_cache_info()
+    again = on_host(_jacobian(residual, x0))
+    after = sparsegrad.structure_cache_info()
+    assert after.hits > before.hits and after.misses == before.misses
+    _same(again, first)
+    assert_array_equal(first.indices, expected.indices)
+    rtol, atol = gpu_tolerance(x0.dtype) if device is not fake else (0, 0)
+    np.testing.assert_allclose(first.data, expected.data, rtol=rtol, atol=atol)
+
+
+def test_changed_device_index_arrays_and_branches_are_followed(device):
+    east = device.asarray(np.array([1, 2, 3, 0]))
+    x0 = np.arange(1.0, 5.0)
+    _jacobian(lambda x: x[east] * x, device.asarray(x0))
+    east[:] = device.asarray(np.array([3, 0, 1, 2]))  # in place: same object, same id
+    J = on_host(_jacobian(lambda x: x[east] * x, device.asarray(x0)))
+    expected = _jacobian(lambda x: x[np.array([3, 0, 1, 2])] * x, x0)
+    assert_array_equal(J.toarray(), expected.toarray())
+    x0 = np.linspace(1.0, 2.0, 6)
+    for width, shift, flip in [(1, 1, False), (2, 1, False), (1, -2, True), (1, 1, False)]:
+        def f(x):
+            y = np.pad(x, width, mode="edge")[width:-width] * np.roll(x, shift)
+            return y[::-1] if flip else y
+        J = on_host(_jacobian(f, device.asarray(x0)))
+        assert_array_equal(J.toarray(), _jacobian(f, x0).toarray())
