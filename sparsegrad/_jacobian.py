@@ -19,7 +19,6 @@ on the values at which it is evaluated.
 array([2., 4., 6.])
 """
 import itertools
-import weakref
 from functools import lru_cache
 
 import numpy as np
@@ -831,7 +830,7 @@ class _Rows:
                 # array built, nothing copied, at every evaluation)
                 flat = _strided_rows(self._view, self.shape, backend.xp)
             else:
-                flat = _device_copy(self.flat, backend)
+                flat = _backend.to_device(self.flat, backend)
             self._device_flat = (backend, flat)
         return self._device_flat[1]
 
@@ -871,28 +870,6 @@ class _Rows:
         item = v.itemsize
         return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,
                           strides=tuple(step * item for step in steps)).ravel()
-
-
-#: device copies of read-only host row numbers: ``(id, backend name)`` ->
-#: ``(weak reference to the host array, copy)``, dropped with the host array
-_DEVICE_COPIES = {}
-
-
-def _device_copy(host, backend):
-    """``host`` copied to ``backend``.  The copy of a read-only host array (the row
-    numbers of a movement, kept between evaluations by the structure cache) is
-    kept while that array lives, so it crosses to the device once, not at every
-    evaluation."""
-    if host.flags.writeable:
-        return _backend.to_device(host, backend)
-    key = (id(host), backend.name)
-    known = _DEVICE_COPIES.get(key)
-    if known is not None and known[0]() is host:
-        return known[1]
-    copy = _backend.to_device(host, backend)
-    _DEVICE_COPIES[key] = (weakref.ref(host, lambda _, key=key: _DEVICE_COPIES.pop(key, None)),
-                           copy)
-    return copy
 
 
 def _strided_rows(view, shape, xp):
