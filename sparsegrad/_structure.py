@@ -263,7 +263,8 @@ def for_seed(size, on_host):
     zero (see the module's notes on threads); a device seed, or any seed with
     a zero limit, gets its own.  (Device seeds sharing one, keyed by their
     device, was tried on an H200: Bratu 1000x1000 gained, 8.3 -> 7.0 ms, but
-    shallow water 200x200 lost, 21 -> 35 ms; see docs/gpu.md.)
+    shallow water 200x200 lost, 21 -> 35 ms, in the host-side loop of the
+    reference ``fill_scaled``; see docs/gpu.md.)
     """
     if not on_host or _state["limit"] == 0:
         return Structure(shared=False)
