@@ -67,7 +67,7 @@ class Seed:
         # combine by row scaling instead of a merge; read-only int64 copies of
         # the integer index arrays read from its values, by the array's id (see
         # sparsegrad._value._rows_read)
-        self.structure = _structure.for_seed(self.size, backend is _backend.CPU)
+        self.structure = _structure.for_seed(self.size, backend.name)
 
 
 def _readonly(array):

@@ -31,7 +31,7 @@ only if they pass it too is every structure forgotten (an evaluation under
 way keeps its own to its end, later ones start afresh).
 :func:`structure_cache_info` reports the bytes held and the lookups that hit
 or missed; :func:`clear_structure_cache` empties it.  Device seeds (CuPy) keep
-their structure per evaluation.
+theirs apart from the host's, on the device, under the same limit.
 
 >>> import numpy as np
 >>> from sparsegrad import forward
@@ -256,20 +256,17 @@ _state = {"limit": environment_int("SPARSEGRAD_STRUCTURE_CACHE_BYTES", _DEFAULT_
           "hits": 0, "misses": 0}
 
 
-def for_seed(size, on_host):
-    """The :class:`Structure` of a new seed of ``size`` columns.
+def for_seed(size, device="cpu"):
+    """The :class:`Structure` of a new seed of ``size`` columns on ``device`` (a
+    backend's name).
 
-    Seeds on the host share one per size and thread while the limit is above
-    zero (see the module's notes on threads); a device seed, or any seed with
-    a zero limit, gets its own.  (Device seeds sharing one, keyed by their
-    device, was tried on an H200: Bratu 1000x1000 gained, 8.3 -> 7.0 ms, but
-    shallow water 200x200 lost, 21 -> 35 ms, in the host-side loop of the
-    reference ``fill_scaled``; see docs/gpu.md.)
+    Seeds share one per device, size and thread while the limit is above zero
+    (see the module's notes on threads); any seed with a zero limit gets its own.
     """
-    if not on_host or _state["limit"] == 0:
+    if _state["limit"] == 0:
         return Structure(shared=False)
     thread = threading.get_ident()
-    key = (thread, size)
+    key = (thread, size, device)
     with _lock:
         structure = _structures.get(key)
         if structure is None:
@@ -312,7 +309,7 @@ def structure_cache_info():
     """
     with _lock:
         held = _held(exactly=True)
-        sizes = tuple(dict.fromkeys(size for _, size in _structures))
+        sizes = tuple(dict.fromkeys(size for _, size, _ in _structures))
     return StructureInfo(_state["limit"] > 0, held, _state["limit"], _state["hits"],
                          _state["misses"], sizes)
 

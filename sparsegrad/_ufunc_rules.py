@@ -213,11 +213,15 @@ def _trigamma(x, out):
     if np.iscomplexobj(x):  # scipy's polygamma has no complex loop
         from ._errors import unsupported
         raise unsupported("scipy.special.digamma", "no derivative for complex arguments")
-    if _backend.is_cupy(x):
-        # (scipy's polygamma is a Python function of host arrays, and CuPy's fails for
-        # a Python int order; polygamma(1, x) is computed as zeta(2, x) by both)
-        import cupyx.scipy.special
-        return cupyx.scipy.special.zeta(2.0, x)
+    if _backend.of(x) is not _backend.CPU:
+        # scipy's polygamma is a Python function of host arrays (and CuPy's fails
+        # for a Python int order); polygamma(1, x) is computed as zeta(2, x) by
+        # both, and zeta is a ufunc, which device arrays implement (CuPy's under
+        # cupyx: it does not map scipy's zeta)
+        if _backend.is_cupy(x):
+            import cupyx.scipy.special
+            return cupyx.scipy.special.zeta(2.0, x)
+        return sc.zeta(2.0, x)
     return sc.polygamma(1, x)
 
 

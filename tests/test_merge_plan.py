@@ -469,6 +469,25 @@ def test_fill_rejects_plans_that_leave_a_place_unwritten(kernels, dtype):
     _fill_raises(kernels, pattern, terms[:1] + terms[2:], plan[:1] + plan[2:])
 
 
+class _FillOnTheFakeDevice:
+    """The device kernels' own ``fill_scaled`` with its arguments on the fake device."""
+
+    @staticmethod
+    def fill_scaled(indptr, indices, terms, plan):
+        from sparsegrad.gpu import _kernels as gpu_kernels
+        from sparsegrad.gpu._device import fake
+        from test_gpu_kernels import on
+        return gpu_kernels.fill_scaled(*on(fake, (indptr, indices, terms, plan)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_device_fill_rejects_what_the_others_reject(dtype):
+    for check in (test_fill_rejects_plans_that_do_not_fit,
+                  test_fill_rejects_codes_outside_the_result,
+                  test_fill_rejects_plans_that_leave_a_place_unwritten):
+        check(_FillOnTheFakeDevice, dtype)
+
+
 def test_merge_plan_stores_every_place_once(kernels, rng):
     # what fill_scaled trusts a plan with (it counts the stores, but does not
     # look for a place stored twice): merge_plan's codes store each place of

@@ -132,10 +132,13 @@ def test_sums_do_not_depend_on_what_earlier_evaluations_left():
     _same(_jacobian(residual, x0), fresh)
 
 
-def test_device_seeds_keep_their_own(device):
+def test_device_seeds_share_a_structure_of_their_own(device):
     x = forward.seed(device.asarray(np.ones(4)))
     assert x._jacobian.seed.backend is not sparsegrad._backend.CPU
-    assert not x._jacobian.seed.structure.shared
+    assert x._jacobian.seed.structure.shared
+    assert forward.seed(device.asarray(np.ones(4)))._jacobian.seed.structure is \
+        x._jacobian.seed.structure
+    assert forward.seed(np.ones(4))._jacobian.seed.structure is not x._jacobian.seed.structure
 
 
 @pytest.mark.parametrize("name, n", [("sw", 6), ("pb", 20), ("bratu", 5), ("dd", 10)])
@@ -143,7 +146,10 @@ def test_a_repeated_evaluation_on_a_device(name, n, device):
     residual, x0 = PROBLEMS[name].setup(n, xp=device)
     expected = _jacobian(*PROBLEMS[name].setup(n))
     first = on_host(_jacobian(residual, x0))
+    before = sparsegrad.structure_cache_info()
     again = on_host(_jacobian(residual, x0))
+    after = sparsegrad.structure_cache_info()
+    assert after.hits > before.hits and after.misses == before.misses
     _same(again, first)
     assert_array_equal(first.indices, expected.indices)
     rtol, atol = gpu_tolerance(x0.dtype) if device is not fake else (0, 0)

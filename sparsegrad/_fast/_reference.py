@@ -253,6 +253,17 @@ def _scale_pair(pair):
     return pair
 
 
+def _row_scale(scale, factor):
+    """A term's row scale formed as numpy forms ``(d * c) * factor`` (``scale`` a
+    vector, a pair ``(d, c)`` or None)."""
+    if isinstance(scale, tuple):
+        scale, scale2 = _scale_pair(scale)
+        scale = scale * scale2
+    if factor != 1.0:
+        scale = scale * factor
+    return scale
+
+
 def _merge_term(term, n_rows):
     """``(indptr, indices, data, row_scale, first_row, m)`` of a merge term given
     as a 4-tuple (``first_row`` 0, ``m == n_rows``), a 5-tuple or a 6-tuple,
@@ -280,11 +291,7 @@ def _merge_term(term, n_rows):
         # (a shorter indptr would silently leave the last rows empty)
         raise ValueError("merge_scaled: a term's indptr has length %d, expected %d"
                          % (len(indptr), n_rows + 1))
-    if isinstance(scale, tuple):
-        scale, scale2 = _scale_pair(scale)
-        scale = scale * scale2
-    if factor != 1.0:
-        scale = scale * factor
+    scale = _row_scale(scale, factor)
     if indptr is None:  # a selection given by its columns
         if data is not None:
             raise ValueError("merge_scaled: a selection term (indptr None) has no data")
