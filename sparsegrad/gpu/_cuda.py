@@ -12,10 +12,9 @@ expansion directly, one thread per row:
   ``scale[r * step]`` without data) for float and double, the data of
   ``diag(scale) @ M`` rounded as numpy rounds one multiplication.
 
-They have not yet run on a GPU (none was available when they were written):
-:func:`enabled` is False unless ``SPARSEGRAD_GPU_RAWKERNELS=1`` is set, and
-``pytest -m gpu`` compares them with the reference kernels where a device
-exists.  The test suite compiles :data:`SOURCE` with ``nvcc`` wherever nvcc is
+They match the reference kernels on an H200 (``pytest -m gpu``) but gave no
+measurable gain there (docs/gpu.md): :func:`enabled` is False unless
+``SPARSEGRAD_GPU_RAWKERNELS=1`` is set.  The test suite compiles :data:`SOURCE` with ``nvcc`` wherever nvcc is
 installed, so syntax and type errors are caught without a device.
 
 >>> "sg_row_sources" in SOURCE
