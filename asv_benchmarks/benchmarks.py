@@ -157,8 +157,7 @@ class BratuGPU:
         import cupy
         self.cupy = cupy
         self.gpu = gpu
-        self.residual, x0 = problems.get("bratu").setup(n)
-        self.x0 = cupy.asarray(x0)
+        self.residual, self.x0 = problems.get("bratu").setup(n, xp=cupy)
         self.residual(self.gpu.seed(self.x0)).dvalue      # compile and warm up
         cupy.cuda.Stream.null.synchronize()
 
