@@ -337,6 +337,39 @@ def test_threaded_fill_equals_one_thread(rng):
         _restore(module, threads)
 
 
+def test_threaded_plan_equals_one_thread(rng):
+    # merge_plan split into row ranges: every code as in one pass (the first term
+    # at a place stores, the later ones add), and a bad entry in any part raises
+    module = _compiled_module()
+    threads = module.get_threads()
+    try:
+        for n_rows in (300, 517):
+            cols = np.arange(n_rows, dtype=I64)
+            skeletons = _skeletons(rng, n_rows, n_rows, 6) + [
+                (4, None, cols, 0, n_rows), (5, None, np.where(cols % 7 == 0, -1, cols), 0,
+                                             n_rows)]
+            terms = [_term(rng, s, "float64") for s in skeletons]
+            _restore(module, 1)
+            indptr, indices, _ = module.merge_scaled(n_rows, n_rows, terms)
+            single = module.merge_plan(indptr, indices, _patterns(terms))
+            assert all(np.array_equal(a, b) for a, b in
+                       zip(single, _reference.merge_plan(indptr, indices, _patterns(terms))))
+            module.set_threads(3)
+            for entries in (1, 7, 100):
+                module._set_parallel_entries(entries)
+                plan = module.merge_plan(indptr, indices, _patterns(terms))
+                assert all(a.dtype == b.dtype and np.array_equal(a, b)
+                           for a, b in zip(plan, single))
+                # an entry outside the pattern in the last row (the last part's)
+                last_row = indices[indptr[-2]:indptr[-1]]
+                outside = [(None, np.full(n_rows, -1, dtype=I64), 0)]
+                outside[0][1][-1] = np.setdiff1d(np.arange(n_rows), last_row)[0]
+                with pytest.raises(ValueError, match="outside the merged pattern"):
+                    module.merge_plan(indptr, indices, _patterns(terms) + outside)
+    finally:
+        _restore(module, threads)
+
+
 # ---------------------------------------------------------------------------
 # 4. errors: ValueError, never a crash or a write out of bounds
 # ---------------------------------------------------------------------------
