@@ -3265,6 +3265,24 @@ cdef inline int64_t _index_at(object index, int64_t i):
     return (<int64_t*>data)[i]
 
 
+cdef list _row_parts(object indptr, int64_t nnz, int64_t n_rows):
+    """Row bounds ``[0, ..., n_rows]`` of the parts of a fill or a plan over a
+    pattern of ``nnz`` entries: one part per thread, of about equal entries,
+    from half a merge's size on (measured on the fills of the benchmark
+    problems at 300k-450k entries, 0.30-0.42 ms in two threads against
+    0.45-0.68 ms in one, and no gain at 80k)."""
+    cdef int64_t part_entries = max(PARALLEL_ENTRIES // 2, 1)
+    cdef Py_ssize_t n_parts = 1
+    if _threads > 1 and nnz >= 2 * part_entries and n_rows > 1:
+        n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(nnz // part_entries),
+                      <Py_ssize_t>n_rows)
+    if n_parts == 1:
+        return [0, n_rows]
+    # (the targets in indptr's dtype: another would convert all of indptr first)
+    return [0] + [int(r) for r in np.searchsorted(indptr, np.array(
+        [nnz * q // n_parts for q in range(1, n_parts)], dtype=indptr.dtype))] + [n_rows]
+
+
 def merge_plan(indptr, indices, terms):
     """Where each entry of merge_scaled's terms lands in its result.
 
@@ -3304,16 +3322,10 @@ def merge_plan(indptr, indices, terms):
                              "in %d rows" % (k, m, first, n_rows))
         prepared.append((term_indptr, term_indices,
                          np.empty(term_indices.shape[0], dtype=code_dtype), first, m))
-    # (threads as for a fill: parts of rows with their own places, from half a
-    # merge's size on; measured on Bratu 1000x1000, 5 M entries: 21 ms in one)
-    cdef int64_t part_entries = max(PARALLEL_ENTRIES // 2, 1)
-    if _threads > 1 and nnz >= 2 * part_entries and n_rows > 1:
-        n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(nnz // part_entries),
-                      <Py_ssize_t>n_rows)
-    bounds = [0, n_rows]
-    if n_parts > 1:
-        bounds = [0] + [int(r) for r in np.searchsorted(indptr, np.array(
-            [nnz * q // n_parts for q in range(1, n_parts)], dtype=indptr.dtype))] + [n_rows]
+    # (threads as for a fill: parts of rows with their own places; measured on
+    # Bratu 1000x1000, 5 M entries: 21 ms in one thread, 15 in two)
+    bounds = _row_parts(indptr, nnz, n_rows)
+    n_parts = len(bounds) - 1
     placed = np.zeros(nnz + 1, dtype=np.uint8)
     cdef PlanTerm* ts = <PlanTerm*>calloc(n_terms if n_terms else 1, sizeof(PlanTerm))
     cdef PlanPart* parts = <PlanPart*>calloc(n_parts, sizeof(PlanPart))
@@ -3547,18 +3559,8 @@ def fill_scaled(indptr, indices, terms, plan):
         if item[0] is not None:
             _check_indptr(item[0], item[6], terms[k][1].shape[0], "fill_scaled term %d" % k)
         prepared.append(item)
-    # (threads from half a merge's size on: measured on the fills of the
-    # benchmark problems at 300k-450k entries, 0.30-0.42 ms in two threads
-    # against 0.45-0.68 ms in one, and no gain at 80k)
-    cdef int64_t part_entries = max(PARALLEL_ENTRIES // 2, 1)
-    if _threads > 1 and nnz >= 2 * part_entries and nr > 1:
-        n_parts = min(<Py_ssize_t>_threads, <Py_ssize_t>(nnz // part_entries),
-                      <Py_ssize_t>nr)
-    # (the targets in indptr's dtype: another would convert all of indptr first)
-    bounds = [0, nr]
-    if n_parts > 1:
-        bounds = [0] + [int(r) for r in np.searchsorted(indptr, np.array(
-            [nnz * q // n_parts for q in range(1, n_parts)], dtype=indptr.dtype))] + [nr]
+    bounds = _row_parts(indptr, nnz, nr)
+    n_parts = len(bounds) - 1
     places = [_index_at(indptr, r) for r in bounds]
     if any(not 0 <= places[q] <= places[q + 1] <= nnz or bounds[q] > bounds[q + 1]
            for q in range(n_parts)):
