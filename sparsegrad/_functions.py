@@ -463,14 +463,20 @@ def _pad(array, pad_width, mode="constant", **kwargs):
                  key=_movement_key(np.pad, (pad_width, mode), kwargs))
 
 
-def _on_one_device(arrays):
-    """``arrays`` all where the first device array among them lives: numbers and
-    host constants joined to device values go there (CuPy joins only its arrays)."""
+def _device_among(arrays):
+    """The backend of the first device array among ``arrays``, or None."""
     for array in arrays:
         backend = _backend.of(array)
         if backend is not _backend.CPU:
-            return [_backend.to_device(a, backend) for a in arrays]
-    return arrays
+            return backend
+    return None
+
+
+def _on_one_device(arrays):
+    """``arrays`` all where the first device array among them lives: numbers and
+    host constants joined to device values go there (CuPy joins only its arrays)."""
+    backend = _device_among(arrays)
+    return arrays if backend is None else [_backend.to_device(a, backend) for a in arrays]
 
 
 def _sequence_function(function):
@@ -1216,8 +1222,10 @@ def select(condition, a, b):
     its value or Jacobian never reaches the result.
     """
     a, b = coerce(a), coerce(b)
-    # (a host condition goes to the branches' device, where CuPy's where wants it)
-    condition = _on_one_device([plain(a), plain(b), nvalue(condition)])[-1]
+    condition = nvalue(condition)
+    backend = _device_among((plain(a), plain(b)))
+    if backend is not None:  # (a host condition goes there, where CuPy's where wants it)
+        condition = _backend.to_device(condition, backend)
     result = np.where(condition, plain(a), plain(b))
     forwards = _forwards([a, b])
     if not forwards:

@@ -348,8 +348,7 @@ def _at_precision(values, dtype, partials=None):
                     partials is not None and partials[i] is None):
                 # (at least double: an integer is exact there, also next to float16)
                 v = v.astype(np.result_type(dtype, np.float64))
-            if type(v) is np.ndarray and v.ndim == 0:
-                v = v[()]       # (a number, as above)
+            v = number(v)       # (a 0-d array as a number, as above)
         cast.append(v)
     return cast
 
