@@ -3287,8 +3287,9 @@ def merge_plan(indptr, indices, terms):
     """Where each entry of merge_scaled's terms lands in its result.
 
     Contract of :func:`sparsegrad._fast._reference.merge_plan`; one pass over
-    the terms' entries, each found by a binary search of its merged row (a
-    merged pattern of int32 or int64 read as it is).
+    the terms' entries (in parts of rows, in threads, for large patterns), each
+    found by a binary search of its merged row (a merged pattern of int32 or
+    int64 read as it is).
     """
     terms = list(terms)
     if not _is_pattern(indptr, indices):
@@ -3302,7 +3303,7 @@ def merge_plan(indptr, indices, terms):
     code_dtype = _reference._plan_code_dtype(nnz)
     cdef bint wide = code_dtype == INDEX_DTYPE
     cdef int64_t m, first
-    cdef Py_ssize_t n_terms = len(terms), n_parts = 1, q, k
+    cdef Py_ssize_t n_terms = len(terms), n_parts, q, k
     prepared = []  # (indptr or None, indices, codes, first, m): the arrays kept alive
     for k, term in enumerate(terms):
         term_indptr, term_indices, first_row = term
@@ -3326,7 +3327,7 @@ def merge_plan(indptr, indices, terms):
     # Bratu 1000x1000, 5 M entries: 21 ms in one thread, 15 in two)
     bounds = _row_parts(indptr, nnz, n_rows)
     n_parts = len(bounds) - 1
-    placed = np.zeros(nnz + 1, dtype=np.uint8)
+    placed = np.zeros(nnz + 1, dtype=np.uint8)  # (+ 1: a buffer also for no entries)
     cdef PlanTerm* ts = <PlanTerm*>calloc(n_terms if n_terms else 1, sizeof(PlanTerm))
     cdef PlanPart* parts = <PlanPart*>calloc(n_parts, sizeof(PlanPart))
     cdef bint bad = False
@@ -3545,7 +3546,7 @@ def fill_scaled(indptr, indices, terms, plan):
         return _reference.fill_scaled(indptr, indices, terms, plan)
     cdef int64_t nr = indptr.shape[0] - 1
     cdef int64_t nnz = indices.shape[0]
-    cdef Py_ssize_t k, q, n_terms = len(terms), n_parts = 1
+    cdef Py_ssize_t k, q, n_terms = len(terms), n_parts
     if _index_at(indptr, 0) != 0 or _index_at(indptr, nr) != nnz:
         raise ValueError("fill_scaled: indptr must run from 0 to len(indices)")
     prepared = []
