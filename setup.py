@@ -1,4 +1,8 @@
-"""Build the Cython kernels; all package metadata lives in pyproject.toml."""
+"""Build the Cython kernels and the compiled Python modules; all package metadata
+lives in pyproject.toml."""
+import importlib.util
+import json
+import os
 import sys
 
 import numpy
@@ -24,4 +28,30 @@ extensions = [
 
 # boundscheck/wraparound are switched off per function in the .pyx, only on
 # the loops whose indices the def wrappers have checked.
-setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": 3}))
+kernels = cythonize(extensions, compiler_directives={"language_level": 3})
+
+
+def _compiled_spec():
+    """sparsegrad._compiled, read on its own (it imports only the standard library)."""
+    path = os.path.join("sparsegrad", "_compiled.py")
+    spec = importlib.util.spec_from_file_location("_sparsegrad_compiled", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# the Python modules of every operation's chain, compiled as they are written
+# (sparsegrad/_compiled.py says why and when their source runs instead); the
+# manifest records which source each was compiled from
+compiled = _compiled_spec()
+modules = cythonize(
+    [Extension("sparsegrad." + name, ["sparsegrad/%s.py" % name],
+               extra_compile_args=COMPILE_ARGS) for name in compiled.MODULES],
+    compiler_directives={"language_level": 3, "binding": True, "infer_types": False})
+with open(os.path.join("sparsegrad", compiled.MANIFEST), "w") as stream:
+    json.dump({name: compiled.source_hash(os.path.join("sparsegrad", name + ".py"))
+               for name in compiled.MODULES}, stream, indent=1, sort_keys=True)
+    stream.write("\n")
+
+# (the extensions compiled side by side: the modules' generated C is long)
+setup(ext_modules=kernels + modules, options={"build_ext": {"parallel": os.cpu_count() or 1}})

@@ -6,7 +6,11 @@
 >>> F(forward.seed(np.linspace(0, 1, 5))).dvalue.shape
 (5, 5)
 """
-from . import forward
+# (first: the modules that must run from their source, not compiled, are found so)
+from . import _compiled
+_compiled.install()
+
+from . import forward  # noqa: E402
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
 from ._api import jacobian, value_and_jacobian, jvp, sparsity

@@ -34,6 +34,11 @@ from ._memory import pooled
 
 __all__ = ["value", "nvalue", "is_forward", "make", "jacobian_of", "broadcast_jacobian"]
 
+#: 1 when this module runs from its source, 0 compiled (sparsegrad/_compiled.py):
+#: compiled functions have no frame of their own, so a warning's ``stacklevel``
+#: counts one frame less to name the caller's line
+_OWN_FRAME = 1 if __file__.endswith(".py") else 0
+
 _TO_PLAIN = ("converting a forward value to a plain number or array would drop its "
              "derivative; use .value (or sparsegrad.forward.nvalue) to take the value "
              "explicitly")
@@ -221,7 +226,7 @@ class value(NDArrayOperatorsMixin):
             # gives none; integer casts are numpy's, which warns itself, and bool
             # is a test for nonzero)
             warnings.warn("Casting complex values to real discards the imaginary part",
-                          np.exceptions.ComplexWarning, stacklevel=2)
+                          np.exceptions.ComplexWarning, stacklevel=1 + _OWN_FRAME)
         if np.issubdtype(dtype, np.inexact):
             if np.iscomplexobj(self._value) and not np.issubdtype(dtype, np.complexfloating):
                 return np.real(self).astype(dtype)

@@ -1,0 +1,124 @@
+"""Which of sparsegrad's Python modules run compiled, and when their source runs instead.
+
+Every operation on a forward value passes through a chain of small Python
+functions (the ufunc rules, the Jacobian's term algebra, indexing, the
+structure cache): about 7-10 us per operation, which is what a residual of
+10^4 unknowns mostly costs, and a fixed cost of every evaluation at any size.
+The build compiles the modules of that chain (:data:`MODULES`) with Cython
+as they are written, as plain Python (no type declarations): the same code,
+about a fifth less overhead per operation (``docs/performance.md``).  The
+``.py`` files stay the source of truth, and run instead of their compiled
+modules
+
+- under ``SPARSEGRAD_PURE_PYTHON=1`` (the reference kernels: no compiled code
+  at all, the suite's second run) or ``SPARSEGRAD_SOURCE_MODULES=1`` (only
+  these modules, e.g. for profiling them with ``cProfile``, which does not see
+  compiled functions);
+- for a module whose source differs from the one it was compiled from (the
+  build records a hash of each source in ``_compiled_sources.json``): an
+  edited module runs as edited until the next build, never a stale compiled
+  copy of it.
+
+:func:`install` is called first thing by ``sparsegrad/__init__.py``, before
+any of these modules is imported: a finder at the front of ``sys.meta_path``
+then hands out the source of the modules that must not run compiled.
+
+>>> sorted(MODULES)[:3]
+['_backend', '_deferred', '_functions']
+>>> import sparsegrad
+>>> set(compiled_modules()) <= set(MODULES)
+True
+"""
+import hashlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+
+__all__ = ["MODULES", "MANIFEST", "install", "compiled_modules", "source_hash"]
+
+#: the modules the build compiles (names within the package)
+MODULES = ("_backend", "_deferred", "_functions", "_indexing", "_jacobian", "_memory",
+           "_structure", "_ufunc_rules", "_ufuncs", "_value", "forward")
+
+#: the file, beside this one, with the hash of each module's source at the build
+MANIFEST = "_compiled_sources.json"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+def source_hash(path):
+    """The SHA-256 of a file's bytes, in hex (what the build records per module)."""
+    with open(path, "rb") as stream:
+        return hashlib.sha256(stream.read()).hexdigest()
+
+
+def _source_wanted():
+    """Whether the environment asks for the source of every module."""
+    return any(os.environ.get(name, "") not in ("", "0")
+               for name in ("SPARSEGRAD_PURE_PYTHON", "SPARSEGRAD_SOURCE_MODULES"))
+
+
+def _stale(directory):
+    """The modules whose source differs from what their compiled module was built
+    from (all of them without a readable manifest)."""
+    try:
+        with open(os.path.join(directory, MANIFEST)) as stream:
+            built = json.load(stream)
+    except (OSError, ValueError):
+        return set(MODULES)
+    stale = set()
+    for name in MODULES:
+        try:
+            if built.get(name) != source_hash(os.path.join(directory, name + ".py")):
+                stale.add(name)
+        except OSError:  # (no source beside it: only the compiled module exists)
+            pass
+    return stale
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder):
+    """Finds the ``.py`` source of the package's modules named in ``names``."""
+
+    def __init__(self, names, directory=_HERE):
+        self.names = frozenset(names)
+        self.directory = directory
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, name = fullname.rpartition(".")
+        if package != _PACKAGE or name not in self.names:
+            return None
+        source = os.path.join(self.directory, name + ".py")
+        if not os.path.exists(source):
+            return None
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+_finder = None
+
+
+def install():
+    """Put the finder of the modules that must run from source in front of the
+    import system (once); returns it."""
+    global _finder
+    if _finder is None:
+        _finder = _SourceFinder(MODULES if _source_wanted() else _stale(_HERE))
+        if _finder.names:
+            sys.meta_path.insert(0, _finder)
+    return _finder
+
+
+def compiled_modules():
+    """The names of the imported modules of :data:`MODULES` that run compiled.
+
+    Examples
+    --------
+    >>> import sparsegrad
+    >>> all(name in MODULES for name in compiled_modules())
+    True
+    """
+    return [name for name in MODULES
+            if not getattr(sys.modules.get(_PACKAGE + "." + name), "__file__", ".py")
+            .endswith(".py")]
