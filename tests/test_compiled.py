@@ -26,11 +26,6 @@ def _on_ci():
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def _source_wanted():
-    return any(os.environ.get(name, "") not in ("", "0")
-               for name in ("SPARSEGRAD_PURE_PYTHON", "SPARSEGRAD_SOURCE_MODULES"))
-
-
 def _import_all():
     for name in _compiled.MODULES:
         importlib.import_module("sparsegrad." + name)
@@ -55,7 +50,7 @@ _COMPILED_NOW = ("import sparsegrad, sparsegrad._compiled as c; "
 
 def test_a_build_compiles_every_module():
     _import_all()
-    if _source_wanted():
+    if _compiled._source_wanted():
         assert _compiled.compiled_modules() == []
         return
     if not _compiled.compiled_modules():
