@@ -8,6 +8,7 @@ import sys
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 # -ffp-contract=off: never fuse a * b + c into one FMA, so the compiled kernels
 # round exactly as the pure-numpy reference kernels do (GCC contracts by
@@ -41,17 +42,29 @@ def _compiled_spec():
 
 
 # the Python modules of every operation's chain, compiled as they are written
-# (sparsegrad/_compiled.py says why and when their source runs instead); the
-# manifest records which source each was compiled from
+# (sparsegrad/_compiled.py says why and when their source runs instead)
 compiled = _compiled_spec()
 modules = cythonize(
     [Extension("sparsegrad." + name, ["sparsegrad/%s.py" % name],
                extra_compile_args=COMPILE_ARGS) for name in compiled.MODULES],
     compiler_directives={"language_level": 3, "binding": True, "infer_types": False})
-with open(os.path.join("sparsegrad", compiled.MANIFEST), "w") as stream:
-    json.dump({name: compiled.source_hash(os.path.join("sparsegrad", name + ".py"))
-               for name in compiled.MODULES}, stream, indent=1, sort_keys=True)
-    stream.write("\n")
+
+
+class BuildExtensions(build_ext):
+    """``build_ext`` that records which source each compiled module was built from
+    (the manifest that sparsegrad._compiled checks), beside the modules it built:
+    written only by a build, so that no other command can vouch for stale ones."""
+
+    def run(self):
+        super().run()
+        package = "sparsegrad" if self.inplace else os.path.join(self.build_lib, "sparsegrad")
+        os.makedirs(package, exist_ok=True)
+        with open(os.path.join(package, compiled.MANIFEST), "w") as stream:
+            json.dump({name: compiled.source_hash(os.path.join("sparsegrad", name + ".py"))
+                       for name in compiled.MODULES}, stream, indent=1, sort_keys=True)
+            stream.write("\n")
+
 
 # (the extensions compiled side by side: the modules' generated C is long)
-setup(ext_modules=kernels + modules, options={"build_ext": {"parallel": os.cpu_count() or 1}})
+setup(ext_modules=kernels + modules, cmdclass={"build_ext": BuildExtensions},
+      options={"build_ext": {"parallel": os.cpu_count() or 1}})
