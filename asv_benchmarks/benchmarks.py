@@ -12,8 +12,10 @@ in ``_Suite``, and time exactly what their names say:
                              plans, the third goes by them (what a Newton solve
                              pays up front)
 
-and one ``track_`` class per problem whose benchmarks measure ratios side by side
-in one process (``ratios.measure_times``: interleaved repeats, median):
+``FixedCost.time_value_and_jacobian`` times each problem on its smallest grid
+(the fixed cost of an evaluation); and one ``track_`` class per problem whose
+benchmarks measure ratios side by side in one process (``ratios.measure_times``:
+interleaved repeats, median):
 
 ``track_jacobian_ratio``     value+Jacobian time / residual time
 ``track_sparsity_ratio``     seed_sparsity time / seed time
@@ -29,7 +31,7 @@ import sparsegrad
 from sparsegrad import forward
 
 from . import problems
-from .ratios import measure_times, memory_ratio
+from .ratios import FIXED_COST_SIZES, measure_times, memory_ratio
 
 
 class _Suite:
@@ -137,6 +139,21 @@ class ConstantOperators:
         self.residual(self.x0)
 
     def time_value_and_jacobian(self, operator):
+        self.residual(forward.seed(self.x0)).dvalue
+
+
+class FixedCost:
+    """Value+Jacobian of each problem on its smallest grid
+    (``ratios.FIXED_COST_SIZES``), where the arrays cost nothing: the fixed cost
+    of an evaluation, the Python of every operation (``sparsegrad._compiled``)."""
+
+    param_names = ["problem"]
+    params = [sorted(FIXED_COST_SIZES)]
+
+    def setup(self, key):
+        self.residual, self.x0 = problems.get(key).setup(FIXED_COST_SIZES[key])
+
+    def time_value_and_jacobian(self, key):
         self.residual(forward.seed(self.x0)).dvalue
 
 

@@ -36,7 +36,12 @@ only), the figures of
 the peers from issue 3 beside ours, and issue 4's target for a repeated
 evaluation (shallow water 200x200 <= 4x; the ratio above, whose samples all
 follow a first evaluation, so their structure comes from the structure cache).
-Each target is marked PASS or FAIL.
+Each target is marked PASS or FAIL.  Last, for information, the fixed cost of
+an evaluation of each problem (value+Jacobian on its smallest grid, where the
+arrays cost nothing: what the Python of every operation costs, and what makes
+time grow less than the nonzeros between small sizes), with the number of
+sparsegrad's Python modules that ran compiled (``sparsegrad._compiled``;
+``SPARSEGRAD_SOURCE_MODULES=1`` runs their sources, for a comparison).
 ``--strict`` makes the exit status 1 when any target fails.
 
 Timing follows ``timeit``: the garbage collector is off inside a sample, each
@@ -58,7 +63,7 @@ from . import problems as _problems
 __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "SCALING_TOLERANCE",
            "SCALING_TARGETS", "PEERS",
            "PEER_NAMES", "measure", "measure_times", "memory_ratio", "scaling", "scaling_steps",
-           "measure_growth", "run", "main"]
+           "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "run", "main"]
 
 # ---------------------------------------------------------------- targets of issue 3
 
@@ -323,6 +328,26 @@ def _alternated_growth(key, a, b, repeats, min_time):
     return statistics.median(rounds)
 
 
+#: the smallest grid of each problem, where an evaluation costs only its fixed cost
+FIXED_COST_SIZES = {"sw": 5, "pb": 10, "bratu": 5, "dd": 10}
+
+
+def measure_fixed_cost(key, repeats=7, min_time=0.02):
+    """Median seconds of one value+Jacobian evaluation of problem ``key`` on its
+    smallest grid (:data:`FIXED_COST_SIZES`), after two untimed evaluations."""
+    from sparsegrad import forward
+
+    residual, x0 = _problems.get(key).setup(FIXED_COST_SIZES[key])
+
+    def jacobian():
+        return residual(forward.seed(x0)).dvalue
+
+    jacobian()
+    jacobian()
+    number = _loops(jacobian, min_time)
+    return statistics.median(_sample(jacobian, number) for _ in range(repeats))
+
+
 def scaling(results, growths=None):
     """Linear-scaling checks between consecutive sizes of each problem.
 
@@ -376,8 +401,9 @@ def _print_result(r, out):
         _mark(r["sparsity_pass"]), mem))
 
 
-def report(results, checks, out=print):
-    """Print the tables of ``run``'s results."""
+def report(results, checks, out=print, fixed_costs=None):
+    """Print the tables of ``run``'s results (``fixed_costs``: problem key ->
+    seconds, :func:`measure_fixed_cost`)."""
     out("%-24s %9s %9s %10s %10s %8s %-12s %-19s %s" % (
         "problem size", "unknowns", "nnz", "resid[ms]", "jac[ms]", "jac/res", "target",
         "sparsity/seed", "mem/J"))
@@ -423,6 +449,13 @@ def report(results, checks, out=print):
     failed = failures(results, checks)
     out("")
     import sparsegrad
+    if fixed_costs:
+        from sparsegrad import _compiled
+        out("fixed cost of an evaluation (value+Jacobian on the smallest grid, where the "
+            "arrays cost nothing; %d of %d Python modules compiled): %s" % (
+                len(_compiled.compiled_modules()), len(_compiled.MODULES), ", ".join(
+                    "%s %s %.3f ms" % (key, _problems.get(key).size_text(FIXED_COST_SIZES[key]),
+                                       1e3 * seconds) for key, seconds in fixed_costs.items())))
     pool = sparsegrad.memory_pool_info()
     if pool.enabled:
         out("note: sparsegrad's memory pool is on (%d MiB held, %d allocations reused, %d "
@@ -495,8 +528,10 @@ def run(cases, repeats=7, min_time=0.02, memory=True, out=print, residual_in_poo
                                residual_in_pool=residual_in_pool))
     checks = scaling(results, {step: measure_growth(*step, repeats=repeats, min_time=min_time)
                                for step in scaling_steps(results)})
+    fixed_costs = {key: measure_fixed_cost(key, repeats=repeats, min_time=min_time)
+                   for key in dict.fromkeys(key for key, _ in cases)}
     if out is not None:
-        report(results, checks, out=out)
+        report(results, checks, out=out, fixed_costs=fixed_costs)
     return {"environment": environment(), "repeats": repeats, "min_time": min_time,
             "targets": {"ratio": {"%s-%d" % k: v for k, v in TARGETS.items()},
                         "repeated": {"%s-%d" % k: v for k, v in REPEATED_TARGETS.items()},
@@ -504,7 +539,7 @@ def run(cases, repeats=7, min_time=0.02, memory=True, out=print, residual_in_poo
                         "scaling_tolerance": SCALING_TOLERANCE,
                         "scaling_steps": ["%s-%d-%d" % k for k in sorted(SCALING_TARGETS)]},
             "peer_names": list(PEER_NAMES),
-            "results": results, "scaling": checks,
+            "results": results, "scaling": checks, "fixed_costs": fixed_costs,
             "failures": failures(results, checks)}
 
 

@@ -12,8 +12,8 @@ modules
 
 - under ``SPARSEGRAD_PURE_PYTHON=1`` (the reference kernels: no compiled code
   at all, the suite's second run) or ``SPARSEGRAD_SOURCE_MODULES=1`` (only
-  these modules, e.g. for profiling them with ``cProfile``, which does not see
-  compiled functions);
+  these modules, e.g. for ``cProfile``, ``pdb`` or coverage, which do not see
+  into compiled functions);
 - for a module whose source differs from the one it was compiled from (the
   build records a hash of each source in ``_compiled_sources.json``): an
   edited module runs as edited until the next build, never a stale compiled

@@ -148,6 +148,13 @@ def test_asv_suites_callable():
     assert bench.track_memory_ratio(12) > 0
 
 
+def test_asv_fixed_cost_callable():
+    bench = benchmarks.FixedCost()
+    for key in benchmarks.FixedCost.params[0]:
+        bench.setup(key)
+        bench.time_value_and_jacobian(key)
+
+
 def test_asv_constant_operators_callable():
     bench = benchmarks.ConstantOperators()
     for operator in benchmarks.ConstantOperators.params[0]:
@@ -182,6 +189,16 @@ def test_ratios_script_quick(tmp_path, capsys):
     assert len(data["scaling"]) == 1 and data["scaling"][0]["nnz_growth"] == 4.0
     assert data["scaling"][0]["side_by_side"] and data["scaling"][0]["time_growth"] > 0
     assert data["peer_names"] == list(ratios.PEER_NAMES)
+    assert sorted(data["fixed_costs"]) == ["bratu", "dd", "pb", "sw"]
+    assert all(seconds > 0 for seconds in data["fixed_costs"].values())
+    assert "fixed cost of an evaluation" in printed and "sw 5x5" in printed
+
+
+def test_fixed_cost_is_the_smallest_grid():
+    for key, n in ratios.FIXED_COST_SIZES.items():
+        residual, x0 = problems.get(key).setup(n)
+        assert x0.size <= 100                      # (where the arrays cost nothing)
+    assert ratios.measure_fixed_cost("pb", repeats=1, min_time=0) > 0
 
 
 def test_ratios_targets_and_peers():
