@@ -60,7 +60,7 @@ class BuildExtensions(build_ext):
         package = "sparsegrad" if self.inplace else os.path.join(self.build_lib, "sparsegrad")
         os.makedirs(package, exist_ok=True)
         with open(os.path.join(package, compiled.MANIFEST), "w") as stream:
-            json.dump({name: compiled.source_hash(os.path.join("sparsegrad", name + ".py"))
+            json.dump({name: compiled.source_hash("sparsegrad", name)
                        for name in compiled.MODULES}, stream, indent=1, sort_keys=True)
             stream.write("\n")
 

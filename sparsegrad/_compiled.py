@@ -15,9 +15,10 @@ modules
   these modules, e.g. for ``cProfile``, ``pdb`` or coverage, which do not see
   into compiled functions);
 - for a module whose source differs from the one it was compiled from (the
-  build records a hash of each source in ``_compiled_sources.json``): an
-  edited module runs as edited until the next build, never a stale compiled
-  copy of it.
+  build records a hash of each source in ``_compiled_sources.json``, with the
+  augmenting ``.pxd`` that declares types for the compiled build of some of
+  them): an edited module runs as edited until the next build, never a stale
+  compiled copy of it.
 
 :func:`install` is called first thing by ``sparsegrad/__init__.py``, before
 any of these modules is imported: a finder at the front of ``sys.meta_path``
@@ -49,10 +50,18 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE = __name__.rpartition(".")[0]
 
 
-def source_hash(path):
-    """The SHA-256 of a file's bytes, in hex (what the build records per module)."""
-    with open(path, "rb") as stream:
-        return hashlib.sha256(stream.read()).hexdigest()
+def source_hash(directory, name):
+    """The SHA-256, in hex, of module ``name``'s source in ``directory``: its
+    ``.py`` file's bytes, then those of the ``.pxd`` beside it, if any (the types
+    its compiled build declares); what the build records per module."""
+    digest = hashlib.sha256()
+    with open(os.path.join(directory, name + ".py"), "rb") as stream:
+        digest.update(stream.read())
+    declarations = os.path.join(directory, name + ".pxd")
+    if os.path.exists(declarations):
+        with open(declarations, "rb") as stream:
+            digest.update(stream.read())
+    return digest.hexdigest()
 
 
 def _source_wanted():
@@ -72,7 +81,7 @@ def _stale(directory):
     stale = set()
     for name in MODULES:
         try:
-            if built.get(name) != source_hash(os.path.join(directory, name + ".py")):
+            if built.get(name) != source_hash(directory, name):
                 stale.add(name)
         except OSError:  # (no source beside it: only the compiled module exists)
             pass

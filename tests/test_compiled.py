@@ -87,12 +87,19 @@ def _package(tmp_path, sources, manifest):
 def test_an_edited_module_is_stale(tmp_path):
     directory = _package(tmp_path, {name: "# %s\n" % name for name in _compiled.MODULES},
                          None)
-    manifest = {name: _compiled.source_hash(os.path.join(directory, name + ".py"))
-                for name in _compiled.MODULES}
+    manifest = {name: _compiled.source_hash(directory, name) for name in _compiled.MODULES}
     (tmp_path / _compiled.MANIFEST).write_text(json.dumps(manifest))
     assert _compiled._stale(directory) == set()
     (tmp_path / "_jacobian.py").write_text("# _jacobian, edited\n")
     assert _compiled._stale(directory) == {"_jacobian"}
+
+
+def test_declared_types_are_part_of_the_source(tmp_path):
+    directory = _package(tmp_path, {name: "\n" for name in _compiled.MODULES}, None)
+    manifest = {name: _compiled.source_hash(directory, name) for name in _compiled.MODULES}
+    (tmp_path / _compiled.MANIFEST).write_text(json.dumps(manifest))
+    (tmp_path / "_value.pxd").write_text("cdef class value:\n    pass\n")
+    assert _compiled._stale(directory) == {"_value"}
 
 
 def test_without_a_manifest_every_module_is_stale(tmp_path):
