@@ -2,12 +2,13 @@
 
 Every operation on a forward value passes through a chain of small Python
 functions (the ufunc rules, the Jacobian's term algebra, indexing, the
-structure cache): about 7-10 us per operation, which is what a residual of
-10^4 unknowns mostly costs, and a fixed cost of every evaluation at any size.
-The build compiles the modules of that chain (:data:`MODULES`) with Cython
-as they are written, as plain Python (no type declarations): the same code,
-about a fifth less overhead per operation (``docs/performance.md``).  The
-``.py`` files stay the source of truth, and run instead of their compiled
+structure cache): 7-10 us per operation from source, which is what a
+residual of 10^4 unknowns mostly costs, and a fixed cost of every evaluation
+at any size.  The build compiles the modules of that chain (:data:`MODULES`)
+with Cython as they are written, as plain Python (types are declared only in
+augmenting ``.pxd`` files beside some of them, ``_jacobian.pxd``): the same
+code, about a quarter less overhead per operation (``docs/performance.md``).
+The ``.py`` files stay the source of truth, and run instead of their compiled
 modules
 
 - under ``SPARSEGRAD_PURE_PYTHON=1`` (the reference kernels: no compiled code
