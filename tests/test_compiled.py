@@ -53,11 +53,15 @@ def test_a_build_compiles_every_module():
     if _compiled._source_wanted():
         assert _compiled.compiled_modules() == []
         return
-    if not _compiled.compiled_modules():
+    compiled = _compiled.compiled_modules()
+    if compiled != list(_compiled.MODULES):
+        # (no build in place, or a module edited since the build: its source runs)
+        message = ("sparsegrad modules running from their source, not compiled: %s "
+                   "(python setup.py build_ext --inplace)"
+                   % ", ".join(sorted(set(_compiled.MODULES) - set(compiled))))
         if _on_ci():
-            pytest.fail("CI=true but no Python module of sparsegrad runs compiled")
-        pytest.skip("the Python modules are not compiled (no build in place)")
-    assert _compiled.compiled_modules() == list(_compiled.MODULES)
+            pytest.fail("CI=true but " + message)
+        pytest.skip(message)
     with open(os.path.join(os.path.dirname(_compiled.__file__), _compiled.MANIFEST)) as f:
         assert sorted(json.load(f)) == sorted(_compiled.MODULES)
 
@@ -65,10 +69,8 @@ def test_a_build_compiles_every_module():
 @pytest.mark.parametrize("variable", ["SPARSEGRAD_PURE_PYTHON", "SPARSEGRAD_SOURCE_MODULES"])
 def test_the_environment_asks_for_the_sources(variable):
     assert _run(_COMPILED_NOW, **{variable: "1"}) == ""
-    if not _on_ci() and not _run(_COMPILED_NOW):
-        pytest.skip("the Python modules are not compiled (no build in place)")
-    # (0 is off, as for SPARSEGRAD_PURE_PYTHON)
-    assert _run(_COMPILED_NOW, **{variable: "0"}).split(",") == list(_compiled.MODULES)
+    # (0 is off, as for SPARSEGRAD_PURE_PYTHON: what the build gives unasked)
+    assert _run(_COMPILED_NOW, **{variable: "0"}) == _run(_COMPILED_NOW)
 
 
 def test_source_modules_keep_the_compiled_kernels():
