@@ -42,7 +42,10 @@ def _compiled_spec():
 
 
 # the Python modules of every operation's chain, compiled as they are written
-# (sparsegrad/_compiled.py says why and when their source runs instead)
+# (sparsegrad/_compiled.py says why and when their source runs instead):
+# binding=True keeps their functions introspectable and bindable as methods, as
+# Python's are; infer_types=False keeps every untyped local a Python object, so
+# that arithmetic keeps Python's semantics (types come only from the .pxd files)
 compiled = _compiled_spec()
 modules = cythonize(
     [Extension("sparsegrad." + name, ["sparsegrad/%s.py" % name],
