@@ -79,6 +79,8 @@ def _stale(directory):
             built = json.load(stream)
     except (OSError, ValueError):
         return set(MODULES)
+    if not isinstance(built, dict):
+        return set(MODULES)
     stale = set()
     for name in MODULES:
         try:

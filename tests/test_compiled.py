@@ -109,6 +109,8 @@ def test_without_a_manifest_every_module_is_stale(tmp_path):
     assert _compiled._stale(directory) == set(_compiled.MODULES)
     (tmp_path / _compiled.MANIFEST).write_text("{not json")
     assert _compiled._stale(directory) == set(_compiled.MODULES)
+    (tmp_path / _compiled.MANIFEST).write_text("[1, 2]")
+    assert _compiled._stale(directory) == set(_compiled.MODULES)
 
 
 def test_a_module_without_its_source_is_not_stale(tmp_path):
