@@ -31,7 +31,7 @@ from . import _structure
 
 INDEX_DTYPE = np.int64
 
-__all__ = ["row_index", "slice_key", "Assembly"]
+__all__ = ["row_index", "slice_key", "only_slices", "Assembly"]
 
 #: up to this many pieces are gathered one by one; more are stacked and gathered once
 _FEW_PIECES = 8
@@ -61,10 +61,9 @@ def slice_key(shape, key):
     >>> slice_key((5,), slice(1, -1)), slice_key((2, 3), (0, slice(None, None, 2)))
     (((5,), (1, 4, 1)), ((2, 3), 0, (0, 3, 2)))
     """
-    if type(key) is slice:  # (the common reads first: one slice, or a tuple of slices)
-        return (shape, key.indices(shape[0])) if shape else None
-    if type(key) is tuple and len(key) <= len(shape) and all(type(k) is slice for k in key):
-        return (shape,) + tuple([k.indices(n) for k, n in zip(key, shape)])
+    if only_slices(key, len(shape)):  # (the common reads first)
+        parts = key if type(key) is tuple else (key,)
+        return (shape,) + tuple([k.indices(n) for k, n in zip(parts, shape)])
     if getattr(key, "ndim", 0) == 1 and key.dtype.kind in "iu" and len(shape) == 1:
         return ("array", shape, id(key))  # (host or device arrays)
     parts = key if isinstance(key, tuple) else (key,)
@@ -80,6 +79,16 @@ def slice_key(shape, key):
             return None
     return None if None in normal else tuple(normal)
 
+
+def only_slices(key, ndim):
+    """Whether ``key`` reads an array of ``ndim > 0`` dimensions by slices alone:
+    a slice, or a tuple of at most ``ndim`` slices (``u[1:-1]``, ``U[1:-1, 2:]``).
+
+    >>> only_slices(slice(1, None), 1), only_slices((slice(None), 0), 2)
+    (True, False)
+    """
+    return ndim > 0 and (type(key) is slice or (
+        type(key) is tuple and len(key) <= ndim and all(type(k) is slice for k in key)))
 
 
 def _as_slice(rows, n):

@@ -29,7 +29,8 @@ from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
 from ._deferred import Deferred
-from ._indexing import Assembly, row_index, slice_key as _slice_key
+from ._indexing import (Assembly, row_index, only_slices as _only_slices,
+                        slice_key as _slice_key)
 from ._memory import pooled
 
 __all__ = ["value", "nvalue", "is_forward", "make", "jacobian_of", "broadcast_jacobian"]
@@ -248,9 +249,8 @@ class value(NDArrayOperatorsMixin):
             rows = jac._readonly(_rows_read(raw.shape, key, np, J.seed.structure))
             return _array_value(result, jac.take_rows(J, rows, ("array", raw.shape, id(key)),
                                                       may_be_empty=False))
-        if type(raw) is np.ndarray and type(J) is jac.Jacobian and raw.ndim and (
-                type(key) is slice or (type(key) is tuple and len(key) <= raw.ndim
-                                       and all(type(k) is slice for k in key))):
+        if (type(raw) is np.ndarray and type(J) is jac.Jacobian
+                and _only_slices(key, raw.ndim)):
             # (``psi[1:-1]``, ``U[1:-1, 2:]``: the general path below, its key
             # conversions skipped)
             self._owns = False
