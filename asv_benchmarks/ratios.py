@@ -307,25 +307,28 @@ def measure_growth(key, a, b, repeats=7, min_time=0.02):
 
 
 def _alternated_growth(key, a, b, repeats, min_time):
-    from sparsegrad import forward
-
     problem = _problems.get(key)
-    funcs = []
-    for n in (a, b):
-        residual, x0 = problem.setup(n)
-
-        def jacobian(residual=residual, x0=x0):
-            return residual(forward.seed(x0)).dvalue
-
-        jacobian()
-        jacobian()  # (the second evaluation finds its structure: as in the table)
-        funcs.append(jacobian)
+    funcs = [_repeated_jacobian(*problem.setup(n)) for n in (a, b)]
     loops = [_loops(f, min_time) for f in funcs]
     rounds = []
     for _ in range(repeats):
         small, large = (_sample(f, number) for f, number in zip(funcs, loops))
         rounds.append(large / small)
     return statistics.median(rounds)
+
+
+def _repeated_jacobian(residual, x0):
+    """``residual(forward.seed(x0)).dvalue`` as a function of no arguments, called
+    twice first: the second evaluation makes the merge plans, so that the timed
+    ones find their structure, as in the table."""
+    from sparsegrad import forward
+
+    def jacobian():
+        return residual(forward.seed(x0)).dvalue
+
+    jacobian()
+    jacobian()
+    return jacobian
 
 
 #: the smallest grid of each problem, where an evaluation costs only its fixed cost
@@ -335,15 +338,7 @@ FIXED_COST_SIZES = {"sw": 5, "pb": 10, "bratu": 5, "dd": 10}
 def measure_fixed_cost(key, repeats=7, min_time=0.02):
     """Median seconds of one value+Jacobian evaluation of problem ``key`` on its
     smallest grid (:data:`FIXED_COST_SIZES`), after two untimed evaluations."""
-    from sparsegrad import forward
-
-    residual, x0 = _problems.get(key).setup(FIXED_COST_SIZES[key])
-
-    def jacobian():
-        return residual(forward.seed(x0)).dvalue
-
-    jacobian()
-    jacobian()
+    jacobian = _repeated_jacobian(*_problems.get(key).setup(FIXED_COST_SIZES[key]))
     number = _loops(jacobian, min_time)
     return statistics.median(_sample(jacobian, number) for _ in range(repeats))
 
