@@ -14,8 +14,9 @@ expansion directly, one thread per row:
 
 They match the reference kernels on an H200 (``pytest -m gpu``) but gave no
 measurable gain there (docs/gpu.md): :func:`enabled` is False unless
-``SPARSEGRAD_GPU_RAWKERNELS=1`` is set.  The test suite compiles :data:`SOURCE` with ``nvcc`` wherever nvcc is
-installed, so syntax and type errors are caught without a device.
+``SPARSEGRAD_GPU_RAWKERNELS=1`` is set.  The test suite compiles :data:`SOURCE`
+with ``nvcc`` wherever nvcc is installed, so syntax and type errors are caught
+without a device.
 
 >>> "sg_row_sources" in SOURCE
 True
