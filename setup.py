@@ -32,7 +32,7 @@ extensions = [
 kernels = cythonize(extensions, compiler_directives={"language_level": 3})
 
 
-def _compiled_spec():
+def _compiled_module():
     """sparsegrad._compiled, read on its own (it imports only the standard library)."""
     path = os.path.join("sparsegrad", "_compiled.py")
     spec = importlib.util.spec_from_file_location("_sparsegrad_compiled", path)
@@ -46,7 +46,7 @@ def _compiled_spec():
 # binding=True keeps their functions introspectable and bindable as methods, as
 # Python's are; infer_types=False keeps every untyped local a Python object, so
 # that arithmetic keeps Python's semantics (types come only from the .pxd files)
-compiled = _compiled_spec()
+compiled = _compiled_module()
 modules = cythonize(
     [Extension("sparsegrad." + name, ["sparsegrad/%s.py" % name],
                extra_compile_args=COMPILE_ARGS) for name in compiled.MODULES],
