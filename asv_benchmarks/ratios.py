@@ -34,8 +34,12 @@ measured side by side, samples of the two sizes alternating, as the other
 ratios are, so that a slow spell of the machine does not fall on one size
 only), the figures of
 the peers from issue 3 beside ours, and issue 4's target for a repeated
-evaluation (shallow water 200x200 <= 4x; the ratio above, whose samples all
-follow a first evaluation, so their structure comes from the structure cache).
+evaluation (shallow water 200x200 <= 4x; the Jacobian samples above all follow a
+first evaluation, so their structure comes from the structure cache; judged
+against the residual timed on sparsegrad's memory pool as well, in the same
+rounds, since the Jacobian allocates from the pool: numpy's own allocator pays
+page faults for its temporaries or not depending on what ran before in the
+process, 0.87 or 1.57 ms for the shallow-water 200x200 residual).
 Each target is marked PASS or FAIL.  Last, for information, the fixed cost of
 an evaluation of each problem (value+Jacobian on its smallest grid, where the
 arrays cost nothing: what the Python of every operation costs, and what makes
@@ -146,26 +150,30 @@ def _loops(func, min_time):
 
 
 def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
-                  residual_in_pool=False, sync=None):
+                  residual_in_pool=False, sync=None, fault_free=False):
     """Residual, value+Jacobian and (optionally) sparsity times, interleaved.
 
     ``residual_in_pool``: run the plain residual with sparsegrad's memory pool
     as numpy's allocator too, so that neither side pays page faults.  ``sync``:
     called after every timed call (a GPU's stream synchronisation, so that the
-    time is the device's work, not its launch).
+    time is the device's work, not its launch).  ``fault_free``: also time the
+    residual on the pool (``residual_pool``, ``ratio_pool``) beside numpy's own
+    allocator, whatever ``residual_in_pool`` says (the like-for-like ratio of a
+    repeated evaluation, which runs on the pool, see :func:`measure`).
 
     Returns a dict: ``residual``, ``jacobian``, ``sparsity`` (median seconds),
     ``ratio`` (median over repeats of jacobian/residual) and ``sparsity_ratio``
     (median of sparsity/jacobian), plus the per-repeat samples.
     """
     from sparsegrad import forward
+    from sparsegrad._memory import pooled
 
     def plain():
         return residual(x0)
 
+    on_pool = pooled(plain)
     if residual_in_pool:
-        from sparsegrad._memory import pooled
-        plain = pooled(plain)
+        plain = on_pool
 
     def jacobian():
         return residual(forward.seed(x0)).dvalue
@@ -174,6 +182,8 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
         return residual(forward.seed_sparsity(x0)).dvalue
 
     funcs = {"residual": plain, "jacobian": jacobian}
+    if fault_free:
+        funcs["residual_pool"] = on_pool
     if sparsity:
         funcs["sparsity"] = pattern
     if sync is not None:
@@ -198,6 +208,9 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
     out = {name: statistics.median(s) for name, s in samples.items()}
     out["ratio"] = statistics.median(
         j / r for j, r in zip(samples["jacobian"], samples["residual"]))
+    if fault_free:
+        out["ratio_pool"] = statistics.median(
+            j / r for j, r in zip(samples["jacobian"], samples["residual_pool"]))
     if sparsity:
         out["sparsity_ratio"] = statistics.median(
             s / j for s, j in zip(samples["sparsity"], samples["jacobian"]))
@@ -246,8 +259,9 @@ def measure(problem, n, repeats=7, min_time=0.02, memory=True, residual_in_pool=
     residual, x0 = problem.setup(n)
     result = {"problem": problem.key, "name": problem.name, "size": int(n),
               "label": problem.size_text(n), "unknowns": int(problem.unknowns(n))}
+    repeated = REPEATED_TARGETS.get((problem.key, int(n)))
     t = measure_times(residual, x0, repeats=repeats, min_time=min_time,
-                      residual_in_pool=residual_in_pool)
+                      residual_in_pool=residual_in_pool, fault_free=repeated is not None)
     result.update(residual_s=t["residual"], jacobian_s=t["jacobian"], sparsity_s=t["sparsity"],
                   ratio=t["ratio"], sparsity_ratio=t["sparsity_ratio"], repeats=repeats,
                   loops=t["loops"], first_jacobian_s=t["first_jacobian"],
@@ -263,9 +277,17 @@ def measure(problem, n, repeats=7, min_time=0.02, memory=True, residual_in_pool=
     target = TARGETS.get((problem.key, int(n)))
     result["target"] = target
     result["ratio_pass"] = None if target is None else bool(result["ratio"] <= target)
-    repeated = REPEATED_TARGETS.get((problem.key, int(n)))
     result["repeated_target"] = repeated
-    result["repeated_pass"] = None if repeated is None else bool(result["ratio"] <= repeated)
+    if repeated is not None:
+        # like for like: the repeated evaluation allocates from sparsegrad's pool
+        # and pays no page faults, so its target is judged against the residual
+        # on the pool too; numpy's own allocator faults in fresh pages for each
+        # temporary or not, depending on what ran before in the process (glibc's
+        # adaptive thresholds), which moved this ratio between 3.6x and 7x
+        result.update(residual_pool_s=t["residual_pool"], ratio_pool=t["ratio_pool"])
+        result["repeated_pass"] = bool(t["ratio_pool"] <= repeated)
+    else:
+        result["repeated_pass"] = None
     result["sparsity_pass"] = bool(result["sparsity_ratio"] <= SPARSITY_TARGET)
     if memory:
         result["memory_pass"] = bool(result["memory_ratio"] <= MEMORY_TARGET)
@@ -438,9 +460,11 @@ def report(results, checks, out=print, fixed_costs=None):
         out("repeated evaluation (issue 4; the structure cache holds the structure of "
             "earlier evaluations)")
         for r in repeated:
-            out("  %-30s %7.2fx the residual   target <=%gx %s" % (
-                r["name"] + " " + r["label"], r["ratio"], r["repeated_target"],
-                _mark(r["repeated_pass"])))
+            out("  %-30s %7.2fx the residual on the pool   target <=%gx %s   (%.2fx the "
+                "residual on numpy's allocator, %.3f against %.3f ms)" % (
+                    r["name"] + " " + r["label"], r["ratio_pool"], r["repeated_target"],
+                    _mark(r["repeated_pass"]), r["ratio"], r["residual_s"] * 1e3,
+                    r["residual_pool_s"] * 1e3))
     failed = failures(results, checks)
     out("")
     import sparsegrad
@@ -481,7 +505,7 @@ def failures(results, checks):
         if r["ratio_pass"] is False:
             failed.append("%s jac/res %.2fx > %gx" % (where, r["ratio"], r["target"]))
         if r.get("repeated_pass") is False:
-            failed.append("%s repeated %.2fx > %gx (issue 4)" % (where, r["ratio"],
+            failed.append("%s repeated %.2fx > %gx (issue 4)" % (where, r["ratio_pool"],
                                                                 r["repeated_target"]))
         if not r["sparsity_pass"]:
             failed.append("%s sparsity/seed %.2f > %g" % (where, r["sparsity_ratio"],

@@ -194,6 +194,25 @@ def test_ratios_script_quick(tmp_path, capsys):
     assert "fixed cost of an evaluation" in printed and "sw 5x5" in printed
 
 
+def test_repeated_target_judged_against_the_residual_on_the_pool(monkeypatch, capsys):
+    # the repeated evaluation allocates from the pool: its target is judged like for
+    # like, against the residual timed on the pool in the same rounds
+    monkeypatch.setitem(ratios.REPEATED_TARGETS, ("sw", 4), 1e9)
+    result = ratios.measure("sw", 4, repeats=3, min_time=0, memory=False)
+    assert result["residual_pool_s"] > 0 and result["ratio_pool"] > 0
+    assert result["repeated_pass"] is True
+    monkeypatch.setitem(ratios.REPEATED_TARGETS, ("sw", 4), 1e-9)
+    failing = ratios.measure("sw", 4, repeats=3, min_time=0, memory=False)
+    assert failing["repeated_pass"] is False
+    (failure,) = [f for f in ratios.failures([failing], []) if "repeated" in f]
+    assert "%.2fx" % failing["ratio_pool"] in failure
+    ratios.report([failing], [], out=print)
+    assert "the residual on the pool" in capsys.readouterr().out
+    # without a repeated target the pool's residual is not timed
+    plain = ratios.measure("sw", 8, repeats=1, min_time=0, memory=False)
+    assert plain["repeated_pass"] is None and "ratio_pool" not in plain
+
+
 def test_fixed_cost_is_the_smallest_grid():
     for key, n in ratios.FIXED_COST_SIZES.items():
         residual, x0 = problems.get(key).setup(n)
