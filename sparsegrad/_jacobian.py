@@ -376,7 +376,7 @@ PENDING_PRODUCTS = True
 MERGE_PLANS = True
 
 #: entries of a seed's ``structure.index_rows``: copies of index arrays (and, for
-#: deferred values, their largest entries)
+#: deferred values, their largest entries; their runs, see keep_runs)
 MAX_INDEX_ROWS = 64
 
 #: row numbers of data movements a seed's structure keeps (see sparsegrad._functions._move)
@@ -768,9 +768,10 @@ class _Rows:
     """
 
     __slots__ = ("shape", "size", "_flat", "_base", "_view", "_contiguous", "_device_flat",
-                 "_may_be_empty", "_equal")
+                 "_may_be_empty", "_equal", "runs")
 
     def __init__(self, rows, n_source, may_be_empty=True):
+        self.runs = None  # (the runs kept beside a seed's copy of an index array)
         self._may_be_empty = may_be_empty
         self._equal = []  # stored row numbers found equal to these (see equals)
         self._device_flat = None  # (backend, the row numbers copied there)
@@ -865,7 +866,7 @@ class _Rows:
         if backend is not _backend.CPU:  # a device array: row numbers go there, once
             return v[self.flat_on(backend)]
         if self._view is None or v.ndim != 1 or not v.flags.c_contiguous:
-            return backend.kernels.take(v, self.flat) if v.ndim == 1 else v[self.flat]
+            return backend.kernels.take(v, self.flat, self.runs) if v.ndim == 1 else v[self.flat]
         offset, steps = self._view
         item = v.itemsize
         return np.ndarray(self.shape, v.dtype, buffer=v, offset=offset * item,
@@ -964,6 +965,24 @@ def _gather(seed, M, rows, key):
     return result
 
 
+def keep_runs(structure, rows):
+    """Find the runs of consecutive numbers of ``rows`` (the seed's read-only copy
+    of an index array, just kept in ``structure.index_rows``) and keep them
+    beside it, when there are few enough to gather by (``kernels.index_runs``:
+    an index array made by ``np.roll`` of a grid's numbers)."""
+    runs = _backend.CPU.kernels.index_runs(rows)
+    if runs is not None:
+        _structure.store(structure.index_rows, ("runs", id(rows)), (rows, _readonly(runs)),
+                         MAX_INDEX_ROWS)
+        structure.keep(runs)
+
+
+def known_runs(structure, rows):
+    """The runs :func:`keep_runs` kept for ``rows`` (the very array), or None."""
+    entry = _structure.recall(structure.index_rows, ("runs", id(rows)))
+    return entry[1] if entry is not None and entry[0] is rows else None
+
+
 def _too_dense(M, rows):
     """The error for a gather of ``M``'s rows that memory cannot hold: usually a
     dense row (a sum, a mean, a dot product) broadcast back over many
@@ -1000,6 +1019,8 @@ def take_rows(J, rows, key=None, may_be_empty=True):
             _structure.looked_up(True)
             return Jacobian(J.seed, rows.size, terms=((s, None, hit[1]),))
     rows = _Rows(rows, J.n_rows, may_be_empty)
+    if rows._flat is not None and rows._device_flat is None:
+        rows.runs = known_runs(J.seed.structure, rows._flat)
     n = rows.size
     if n == J.n_rows and (n == 0 or rows.is_all()):
         return J
@@ -1017,7 +1038,8 @@ def take_rows(J, rows, key=None, may_be_empty=True):
         elif type(d) is tuple and by_index:
             # (a pending pair gathered and multiplied in one pass)
             backend = _backend.of(d[0])
-            d = backend.kernels.take_product(d[0], d[1], rows.flat_on(backend))
+            d = backend.kernels.take_product(d[0], d[1], rows.flat_on(backend),
+                                             rows.runs if backend is _backend.CPU else None)
         else:
             d = _vector(d)
             d = rows.pick(d) if n else d[:0]

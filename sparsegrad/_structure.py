@@ -86,7 +86,9 @@ class Structure:
         ``(weak reference to an index array, its read-only int64 copy, the row
         numbers it reads)`` by the array's ``id`` (the last two one array unless
         the index has negative entries; see :func:`sparsegrad._value._rows_read`),
-        and the largest row of those by ``("max", id(rows))``.
+        the largest row of those by ``("max", id(rows))`` and their runs of
+        consecutive numbers by ``("runs", id(rows))`` (see
+        :func:`sparsegrad._jacobian.keep_runs`), each entry holding ``rows``.
     moves : dict
         Row numbers of data movements (``np.pad``, ``np.roll``...), by their
         arguments and operand shapes (see :func:`sparsegrad._functions._move`).

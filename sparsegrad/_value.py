@@ -245,8 +245,10 @@ class value(NDArrayOperatorsMixin):
             # (a stencil's read, ``f[east]``, at every evaluation: the general
             # path below without its conversions of keys that this one is not)
             self._owns = False
-            result = _backend.CPU.kernels.take(raw, key)
-            rows = jac._readonly(_rows_read(raw.shape, key, np, J.seed.structure))
+            structure = J.seed.structure
+            # (the seed's copy of the rows first: the gather then copies by its runs)
+            rows = jac._readonly(_rows_read(raw.shape, key, np, structure))
+            result = _backend.CPU.kernels.take(raw, rows, jac.known_runs(structure, rows))
             return _array_value(result, jac.take_rows(J, rows, ("array", raw.shape, id(key)),
                                                       may_be_empty=False))
         if (type(raw) is np.ndarray and type(J) is jac.Jacobian
@@ -563,6 +565,7 @@ def _rows_read(shape, key, xp, structure=None):
                 _structure.store(known, id(key), (weakref.ref(key), jac._readonly(contents),
                                                   jac._readonly(rows)), jac.MAX_INDEX_ROWS)
                 structure.keep(contents, None if rows is contents else rows)
+                jac.keep_runs(structure, rows)
             return rows
     return row_index(shape, xp)[key]
 

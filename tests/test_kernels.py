@@ -1375,6 +1375,80 @@ def test_take_indexes_as_numpy(kernels, rng, dtype):
             kernels.take(a, np.array([0, bad], dtype=I64))
 
 
+def _rolled_grid(n, shift, axis):
+    """A periodic stencil's index array: the neighbours' numbers on an n x n grid."""
+    return np.roll(np.arange(n * n).reshape(n, n), shift, axis=axis).ravel().astype(I64)
+
+
+def test_index_runs_of_stencils_and_of_random_rows(kernels, rng):
+    # east and west neighbours: two runs per grid line; north and south: two in all
+    assert kernels.index_runs(_rolled_grid(16, -1, 1)).tolist() == sorted(
+        [0, 256] + [16 * j + 15 for j in range(16)] + [16 * j for j in range(1, 16)])
+    assert kernels.index_runs(_rolled_grid(16, 1, 0)).tolist() == [0, 16, 256]
+    assert kernels.index_runs(np.arange(5, 70, dtype=I64)).tolist() == [0, 65]
+    # none: empty, a negative row, or runs too short to pay
+    assert kernels.index_runs(np.zeros(0, I64)) is None
+    assert kernels.index_runs(np.array([-1, 0, 1, 2, 3, 4, 5, 6], I64)) is None
+    assert kernels.index_runs(np.arange(20, dtype=I64)[::-1].copy()) is None
+    assert kernels.index_runs(np.arange(7, dtype=I64)) is None           # (7 // 8 == 0)
+    assert kernels.index_runs(np.arange(7, dtype=I64), min_run=7).tolist() == [0, 7]
+    big = np.array([0, 2 ** 62, 2 ** 62 + 1, 2 ** 63 - 1], I64)        # (no overflow)
+    assert kernels.index_runs(big, min_run=1).tolist() == [0, 1, 3, 4]
+    for _ in range(300):
+        rows = (np.cumsum(rng.integers(0, 3, int(rng.integers(1, 60))))
+                + int(rng.integers(-2, 4))).astype(I64)
+        min_run = int(rng.integers(1, 6))
+        runs = kernels.index_runs(rows, min_run)
+        expected = _reference.index_runs(rows, min_run)
+        if rows.min() < 0:
+            assert runs is None
+        # an independent count: positions that do not follow their predecessor by one
+        starts = [0] + [i for i in range(1, len(rows)) if rows[i] != rows[i - 1] + 1]
+        if rows.min() >= 0 and len(starts) <= len(rows) // min_run:
+            assert runs.dtype == I64 and runs.tolist() == starts + [len(rows)]
+        else:
+            assert runs is None
+        assert (expected is None) == (runs is None)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.complex128])
+def test_take_by_runs_equals_numpy(kernels, rng, dtype):
+    n = 20  # (east: 2 runs per line, 40 of 400 rows, within 400 // 8)
+    a = (rng.standard_normal(n * n) * 100).astype(dtype)
+    b = (rng.standard_normal(n * n) * 100).astype(dtype)
+    for shift, axis in ((-1, 1), (1, 1), (-1, 0), (1, 0), (0, 0)):
+        rows = _rolled_grid(n, shift, axis)
+        runs = kernels.index_runs(rows)
+        assert runs is not None
+        got = call(kernels.take, a, rows, runs)
+        assert got.dtype == a.dtype
+        np.testing.assert_array_equal(got, a[rows])
+        if dtype != np.int64:
+            np.testing.assert_array_equal(call(kernels.take_product, a, b, rows, runs),
+                                          (a * b)[rows])
+    # a run past the end of ``a``: numpy's error, naming the first entry out of range
+    rows = np.arange(395, 405, dtype=I64)
+    runs = kernels.index_runs(rows, min_run=2)
+    for take, args in ((kernels.take, (a,)), (kernels.take_product, (a, b))):
+        if dtype == np.int64 and take is kernels.take_product:
+            continue
+        with pytest.raises(IndexError, match="index 400 is out of bounds for axis 0 with "
+                                             "size 400"):
+            take(*args, rows, runs)
+
+
+def test_take_refuses_runs_of_other_rows(kernels):
+    a = np.arange(10.0)
+    rows = np.array([1, 2, 3, 4, 0, 1, 2, 3], I64)
+    for runs in (np.array([0, 8], I64), np.array([0, 3, 8], I64), np.array([1, 4, 8], I64),
+                 np.array([0, 4, 7], I64), np.array([0, 4, 4, 8], I64), np.array([0], I64)):
+        with pytest.raises(ValueError, match="take: the runs do not fit the rows"):
+            kernels.take(a, rows, runs)
+        with pytest.raises(ValueError, match="take_product: the runs do not fit"):
+            kernels.take_product(a, a, rows, runs)
+    np.testing.assert_array_equal(kernels.take(a, rows, np.array([0, 4, 8], I64)), a[rows])
+
+
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
 def test_same_index_compares_every_entry(kernels, rng, dtype):
     # an index array read again: the copy kept from the last read against it

@@ -54,6 +54,51 @@ def test_an_index_array_written_between_calls_is_read_again():
     assert_array_equal(J.toarray(), numerical_jacobian(f, x0, method="complex"))
 
 
+def test_index_arrays_of_long_runs_are_gathered_by_their_runs_and_read_again(monkeypatch):
+    # a periodic stencil's index arrays (np.roll of a grid's numbers) are a few long
+    # runs, which the seed's structure keeps beside its copy of each; written in
+    # place between calls, an array is read again, runs and all
+    from sparsegrad import _jacobian as jac
+    n = 20  # (east: 2 runs per grid line, 40 of 400 rows: few enough)
+    grid = np.arange(n * n).reshape(n, n)
+    east = np.roll(grid, -1, axis=1).ravel()
+    north = np.roll(grid, -1, axis=0).ravel()
+    x0 = np.random.default_rng(1).uniform(1, 2, n * n)
+
+    def f(x):
+        g = x * x
+        return g[east] - g[north] * x + np.exp(x)[east] * x[north]
+
+    from sparsegrad._backend import CPU
+    given = []
+    for name in ("take", "take_product"):
+        kernel = getattr(CPU.kernels, name)
+        monkeypatch.setattr(CPU.kernels, name, lambda *args, kernel=kernel: (
+            given.append(args[-1]), kernel(*args))[1])
+    for _ in range(3):
+        given.clear()
+        J = _jacobian(f, x0)
+        np.testing.assert_allclose(J.toarray(), numerical_jacobian(f, x0, method="complex"),
+                                   rtol=1e-12, atol=1e-15)
+        structure = _structure.for_seed(x0.size)
+        # values and row factors gathered by the kept runs
+        assert sum(any(runs is kept_runs for _, kept_runs in (
+            entry for key, entry in structure.index_rows.items()
+            if type(key) is tuple and key[0] == "runs")) for runs in given) >= 4
+        kept = [entry for key, entry in structure.index_rows.items()
+                if type(key) is tuple and key[0] == "runs"]
+        assert len(kept) == 2
+        assert all(jac.known_runs(structure, rows) is runs for rows, runs in kept)
+        assert sorted(len(runs) - 1 for _, runs in kept) == [2, 2 * n]
+    east[:] = np.roll(grid, 1, axis=1).ravel()       # in place: west now, same object
+    north[:] = north[::-1].copy()                     # no runs any more
+    J = _jacobian(f, x0)
+    np.testing.assert_allclose(J.toarray(), numerical_jacobian(f, x0, method="complex"),
+                               rtol=1e-12, atol=1e-15)
+    value = f(forward.seed(x0)).value
+    assert_array_equal(value, f(x0))
+
+
 def test_new_index_arrays_that_reuse_an_id_are_read_again():
     rng = np.random.default_rng(0)
     x0 = rng.uniform(1, 2, 7)

@@ -3011,8 +3011,96 @@ cdef int64_t _take_loop(Py_ssize_t n, Py_ssize_t m, const gathered_t* a,
     return -1
 
 
-def take_product(a, b, rows):
-    """``(a * b)[rows]`` in one pass over ``rows``.
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int _take_runs_loop(Py_ssize_t n_runs, Py_ssize_t m, const gathered_t* a,
+                         const gathered_t* b, const int64_t* rows, const int64_t* starts,
+                         gathered_t* out) noexcept nogil:
+    """:func:`_take_loop` run by run (``starts`` of :func:`index_runs`, checked to
+    fit: see :func:`_runs_fit`): 0, or 1 for a run reaching past ``m`` (nothing
+    is reported: the caller gathers again by rows, which names the entry)."""
+    cdef Py_ssize_t j, i, s, e
+    cdef int64_t first
+    for j in range(n_runs):
+        s = starts[j]
+        e = starts[j + 1]
+        first = rows[s]
+        if first < 0 or rows[e - 1] >= m:
+            return 1
+        if b == NULL:
+            memcpy(out + s, a + first, <size_t>(e - s) * sizeof(gathered_t))
+        else:
+            first -= s
+            for i in range(s, e):
+                out[i] = a[first + i] * b[first + i]
+    return 0
+
+
+cdef Py_ssize_t _runs_fit(object rows, object runs, str name) except -1:
+    """The number of runs in ``runs`` (starts of :func:`index_runs` of ``rows``),
+    after checking that they fit ``rows``: from 0 to ``len(rows)``, increasing,
+    each run's last row its first plus its length less one (ValueError)."""
+    if not _is_index_array(runs) or cnp.PyArray_DIM(<cnp.ndarray>runs, 0) < 2:
+        raise ValueError("%s: the runs do not fit the rows (index_runs of other rows?)"
+                         % name)
+    cdef Py_ssize_t n_runs = cnp.PyArray_DIM(<cnp.ndarray>runs, 0) - 1, j
+    cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>rows, 0)
+    cdef const int64_t* st = <const int64_t*>_ptr(runs)
+    cdef const int64_t* r = <const int64_t*>_ptr(rows)
+    cdef bint fit = st[0] == 0 and st[n_runs] == n
+    with nogil:
+        j = 0
+        while fit and j < n_runs:
+            # (the rows may be any numbers: compared modulo 2^64, as numpy's int64 wraps)
+            fit = (st[j] < st[j + 1] <= n and <uint64_t>r[st[j + 1] - 1] - <uint64_t>r[st[j]]
+                   == <uint64_t>(st[j + 1] - 1 - st[j]))
+            j += 1
+    if not fit:
+        raise ValueError("%s: the runs do not fit the rows (index_runs of other rows?)"
+                         % name)
+    return n_runs
+
+
+def index_runs(rows, min_run=_reference.MIN_RUN):
+    """Where the runs of consecutive row numbers of ``rows`` start, or None.
+
+    Contract of :func:`sparsegrad._fast._reference.index_runs`; one pass, which
+    stops at the first negative row or the first run past the limit.  Other
+    than 1-d C-contiguous int64 rows go to the reference.
+    """
+    if not _is_index_array(rows):
+        return _reference.index_runs(rows, min_run)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>rows, 0), i, k = 0
+    cdef Py_ssize_t limit = n // operator.index(min_run) if min_run > 0 else n
+    if n == 0 or limit < 1:
+        return None
+    starts = np.empty(limit + 1, dtype=np.int64)
+    cdef int64_t* st = <int64_t*>_ptr(starts)
+    cdef const int64_t* r = <const int64_t*>_ptr(rows)
+    with nogil:
+        if r[0] >= 0:
+            st[0] = 0
+            k = 1
+            for i in range(1, n):
+                if r[i] < 0:
+                    k = -1
+                    break
+                if r[i] - r[i - 1] != 1:  # (both >= 0: no overflow)
+                    if k == limit:
+                        k = -1
+                        break
+                    st[k] = i
+                    k += 1
+        else:
+            k = -1
+    if k < 0:
+        return None
+    st[k] = n
+    return starts[:k + 1].copy()
+
+
+def take_product(a, b, rows, runs=None):
+    """``(a * b)[rows]`` in one pass over ``rows`` (or over ``runs``).
 
     Contract of :func:`sparsegrad._fast._reference.take_product` (numpy's
     indexing: negative rows from the end, ``IndexError`` out of range).  Other
@@ -3021,58 +3109,86 @@ def take_product(a, b, rows):
     """
     cdef Py_ssize_t m = len(a)
     if not (_same_real_vectors((a, b), m) and _is_index_array(rows)):
-        return _reference.take_product(a, b, rows)
+        return _reference.take_product(a, b, rows, runs)
+    cdef Py_ssize_t n_runs = -1 if runs is None else _runs_fit(rows, runs, "take_product")
     cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>rows, 0)
     out = np.empty(n, dtype=a.dtype)
     cdef void* pa = _ptr(a)
     cdef void* pb = _ptr(b)
     cdef const int64_t* pr = <const int64_t*>_ptr(rows)
+    cdef const int64_t* ps = <const int64_t*>_ptr(runs)
     cdef void* po = _ptr(out)
-    cdef int64_t bad
+    cdef int64_t bad = -1
+    cdef int past = 1  # (a run reaching past m, or no runs: gather by rows)
+    cdef bint f64 = cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64
     with nogil:
-        if cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64:
-            bad = _take_loop[double](n, m, <const double*>pa, <const double*>pb, pr,
-                                     <double*>po)
-        else:
-            bad = _take_loop[float](n, m, <const float*>pa, <const float*>pb, pr,
-                                    <float*>po)
+        if n_runs >= 0:
+            if f64:
+                past = _take_runs_loop[double](n_runs, m, <const double*>pa,
+                                              <const double*>pb, pr, ps, <double*>po)
+            else:
+                past = _take_runs_loop[float](n_runs, m, <const float*>pa,
+                                             <const float*>pb, pr, ps, <float*>po)
+        if past:
+            if f64:
+                bad = _take_loop[double](n, m, <const double*>pa, <const double*>pb, pr,
+                                         <double*>po)
+            else:
+                bad = _take_loop[float](n, m, <const float*>pa, <const float*>pb, pr,
+                                        <float*>po)
     if bad >= 0:
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))
     return out
 
 
-def take(a, rows):
-    """``a[rows]`` in one pass over ``rows``.
+def take(a, rows, runs=None):
+    """``a[rows]`` in one pass over ``rows``, or a block copy per run of ``runs``.
 
     Contract of :func:`sparsegrad._fast._reference.take` (numpy's indexing:
     negative rows from the end, ``IndexError`` out of range).  Other than a
     1-d C-contiguous float32, float64 or int64 array and int64 rows go to the
     reference.  numpy's own gather checks and converts every index through a
-    general iterator; this loop is a third faster on the stencils' gathers.
+    general iterator; this loop is a third faster on the stencils' gathers,
+    and a copy by runs (an index array made by ``np.roll``) 2.5x faster again.
     """
     if not (type(a) is np.ndarray and _is_index_array(rows)):
-        return _reference.take(a, rows)
+        return _reference.take(a, rows, runs)
     cdef cnp.ndarray array = <cnp.ndarray>a
     cdef int typenum = cnp.PyArray_TYPE(array)
     if (cnp.PyArray_NDIM(array) != 1 or not cnp.PyArray_ISCARRAY_RO(array)
             or not cnp.PyArray_ISNOTSWAPPED(array)
             or typenum not in (cnp.NPY_FLOAT64, cnp.NPY_FLOAT32, cnp.NPY_INT64)):
-        return _reference.take(a, rows)
+        return _reference.take(a, rows, runs)
+    cdef Py_ssize_t n_runs = -1 if runs is None else _runs_fit(rows, runs, "take")
     cdef Py_ssize_t m = cnp.PyArray_DIM(array, 0)
     cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>rows, 0)
     out = np.empty(n, dtype=a.dtype)
     cdef void* pa = _ptr(a)
     cdef const int64_t* pr = <const int64_t*>_ptr(rows)
+    cdef const int64_t* ps = <const int64_t*>_ptr(runs)
     cdef void* po = _ptr(out)
-    cdef int64_t bad
+    cdef int64_t bad = -1
+    cdef int past = 1  # (a run reaching past m, or no runs: gather by rows)
     with nogil:
-        if typenum == cnp.NPY_FLOAT64:
-            bad = _take_loop[double](n, m, <const double*>pa, NULL, pr, <double*>po)
-        elif typenum == cnp.NPY_FLOAT32:
-            bad = _take_loop[float](n, m, <const float*>pa, NULL, pr, <float*>po)
-        else:
-            bad = _take_loop[int64_t](n, m, <const int64_t*>pa, NULL, pr, <int64_t*>po)
+        if n_runs >= 0:
+            if typenum == cnp.NPY_FLOAT64:
+                past = _take_runs_loop[double](n_runs, m, <const double*>pa, NULL, pr, ps,
+                                              <double*>po)
+            elif typenum == cnp.NPY_FLOAT32:
+                past = _take_runs_loop[float](n_runs, m, <const float*>pa, NULL, pr, ps,
+                                             <float*>po)
+            else:
+                past = _take_runs_loop[int64_t](n_runs, m, <const int64_t*>pa, NULL, pr, ps,
+                                               <int64_t*>po)
+        if past:
+            if typenum == cnp.NPY_FLOAT64:
+                bad = _take_loop[double](n, m, <const double*>pa, NULL, pr, <double*>po)
+            elif typenum == cnp.NPY_FLOAT32:
+                bad = _take_loop[float](n, m, <const float*>pa, NULL, pr, <float*>po)
+            else:
+                bad = _take_loop[int64_t](n, m, <const int64_t*>pa, NULL, pr,
+                                          <int64_t*>po)
     if bad >= 0:
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))

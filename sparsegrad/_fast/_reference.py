@@ -51,7 +51,7 @@ INDEX_DTYPE = np.int64
 
 __all__ = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul",
            "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "sum_of_products",
-           "take_product", "take", "same_index"]
+           "take_product", "take", "same_index", "index_runs"]
 
 
 class RowIndexError(IndexError, ValueError):
@@ -710,34 +710,100 @@ def sum_of_products(a, b, s, c, e, t):
     return (first if s is None else first * s) + (second if t is None else second * t)
 
 
-def take_product(a, b, rows):
+def take_product(a, b, rows, runs=None):
     """``(a * b)[rows]`` for 1-d arrays ``a``, ``b`` of one length and int64 ``rows``
     (numpy's indexing rules: negative rows count from the end, out of range
     raises ``IndexError``).
 
     A pending row factor ``(a, b)`` gathered (``x[idx]`` of a product) in one
-    pass instead of two.
+    pass instead of two.  ``runs``: :func:`index_runs` of ``rows``, or None
+    (see :func:`take`).
 
     Examples
     --------
     >>> take_product(np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0]), np.array([2, -1, 0]))
     array([18., 18.,  4.])
     """
+    _check_runs("take_product", rows, runs)
     return (a * b)[rows]
 
 
-def take(a, rows):
+def take(a, rows, runs=None):
     """``a[rows]`` for a 1-d array ``a`` and int64 ``rows`` (numpy's indexing rules:
     negative rows count from the end, out of range raises ``IndexError``).
 
     The gathers of values and row factors that stencils make (``x[east]``).
+    ``runs``: :func:`index_runs` of these ``rows`` (the compiled kernel then
+    copies run by run instead of reading every index), or None: the same result
+    either way.  Only the ends of the runs are checked against ``rows``
+    (``ValueError`` if they do not fit); the caller keeps the runs beside the
+    read-only rows they were found in.
 
     Examples
     --------
     >>> take(np.array([1.0, 2.0, 3.0]), np.array([2, -1, 0]))
     array([3., 3., 1.])
+    >>> rows = np.array([1, 2, 3, 0])
+    >>> take(np.array([1.0, 2.0, 3.0, 4.0]), rows, index_runs(rows, min_run=2))
+    array([2., 3., 4., 1.])
     """
+    _check_runs("take", rows, runs)
     return a[rows]
+
+
+#: :func:`index_runs` keeps runs that average at least this many rows
+MIN_RUN = 8
+
+
+def index_runs(rows, min_run=MIN_RUN):
+    """Where the runs of consecutive row numbers of ``rows`` start, or None.
+
+    ``rows``: a 1-d int64 array.  Returns the int64 array ``starts`` with
+    ``starts[0] == 0`` and ``starts[-1] == len(rows)`` such that each
+    ``rows[starts[j]:starts[j + 1]]`` counts up by one from ``rows[starts[j]]``,
+    every run as long as it can be; None when ``rows`` is empty, holds a
+    negative number, or has more than ``len(rows) // min_run`` runs (then a
+    gather run by run would not pay).
+
+    A stencil's index array made by ``np.roll`` of a grid's numbers is a few
+    long runs (east or west neighbours: two per grid line; north or south:
+    two in all): found once per index array, its gathers (:func:`take`,
+    :func:`take_product`) then copy blocks.
+
+    Examples
+    --------
+    >>> index_runs(np.array([1, 2, 3, 0, 5, 6, 7, 4]), min_run=2)
+    array([0, 3, 4, 7, 8])
+    >>> print(index_runs(np.array([3, 1, 2, 0]), min_run=2))
+    None
+    """
+    xp = _namespace(rows)
+    n = len(rows)
+    if n == 0 or int(rows.min()) < 0:
+        return None
+    breaks = xp.flatnonzero(rows[1:] - rows[:-1] != 1) + 1
+    if len(breaks) + 1 > n // min_run:
+        return None
+    starts = xp.empty(len(breaks) + 2, dtype=INDEX_DTYPE)
+    starts[0], starts[-1] = 0, n
+    starts[1:-1] = breaks
+    return starts
+
+
+def _check_runs(name, rows, runs):
+    """``runs`` None, or starts of runs that fit ``rows``: from 0 to ``len(rows)``,
+    increasing, each run's last row its first plus its length less one."""
+    if runs is None:
+        return
+    n = len(rows)
+    fit = runs.ndim == 1 and len(runs) >= 2 and int(runs[0]) == 0 and int(runs[-1]) == n
+    if fit:
+        ends = runs[1:] - 1
+        fit = bool((ends >= runs[:-1]).all()) and bool(
+            (rows[ends] - rows[runs[:-1]] == ends - runs[:-1]).all())
+    if not fit:
+        raise ValueError("%s: the runs do not fit the rows (index_runs of other rows?)"
+                         % name)
 
 
 def same_index(a, b):

@@ -4,7 +4,7 @@ The same functions as :mod:`sparsegrad._fast._reference`, with the same
 signatures and contract (read that module): ``merge_scaled``,
 ``merge_plan``, ``fill_scaled``, ``gather_rows``, ``matmul``, ``scale_rows``, ``coo_to_csr``,
 ``selection_csr``, ``multiply_add``, ``sum_of_products``, ``take_product``,
-``take`` and ``same_index``.  They are the
+``take``, ``same_index`` and ``index_runs``.  They are the
 reference kernels themselves, which take the array module from their
 arguments, so CuPy arrays in give CuPy arrays out and there is one
 implementation of the logic.  Where a CuPy profile shows a
@@ -26,8 +26,8 @@ import operator
 import numpy as np
 
 from .._fast import _reference
-from .._fast._reference import (INDEX_DTYPE, coo_to_csr, matmul, merge_plan, merge_scaled,
-                                multiply_add, same_index, selection_csr,
+from .._fast._reference import (INDEX_DTYPE, coo_to_csr, index_runs, matmul, merge_plan,
+                                merge_scaled, multiply_add, same_index, selection_csr,
                                 sum_of_products, take, take_product)
 from . import _cuda
 
@@ -131,4 +131,4 @@ def gather_rows(indptr, indices, data, rows):
 
 __all__ = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul",
            "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "sum_of_products",
-           "take_product", "take", "same_index"]
+           "take_product", "take", "same_index", "index_runs"]
