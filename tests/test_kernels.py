@@ -1392,6 +1392,8 @@ def test_index_runs_of_stencils_and_of_random_rows(kernels, rng):
     assert kernels.index_runs(np.arange(20, dtype=I64)[::-1].copy()) is None
     assert kernels.index_runs(np.arange(7, dtype=I64)) is None           # (7 // 8 == 0)
     assert kernels.index_runs(np.arange(7, dtype=I64), min_run=7).tolist() == [0, 7]
+    with pytest.raises(ValueError, match="min_run must be >= 1"):
+        kernels.index_runs(np.arange(8, dtype=I64), min_run=0)
     big = np.array([0, 2 ** 62, 2 ** 62 + 1, 2 ** 63 - 1], I64)        # (no overflow)
     assert kernels.index_runs(big, min_run=1).tolist() == [0, 1, 3, 4]
     for _ in range(300):

@@ -3068,10 +3068,11 @@ def index_runs(rows, min_run=_reference.MIN_RUN):
     stops at the first negative row or the first run past the limit.  Other
     than 1-d C-contiguous int64 rows go to the reference.
     """
-    if not _is_index_array(rows):
-        return _reference.index_runs(rows, min_run)
+    min_run = operator.index(min_run)
+    if not _is_index_array(rows) or min_run < 1:
+        return _reference.index_runs(rows, min_run)  # (or its error)
     cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>rows, 0), i, k = 0
-    cdef Py_ssize_t limit = n // operator.index(min_run) if min_run > 0 else n
+    cdef Py_ssize_t limit = n // min_run
     if n == 0 or limit < 1:
         return None
     starts = np.empty(limit + 1, dtype=np.int64)

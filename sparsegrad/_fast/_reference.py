@@ -777,6 +777,9 @@ def index_runs(rows, min_run=MIN_RUN):
     >>> print(index_runs(np.array([3, 1, 2, 0]), min_run=2))
     None
     """
+    min_run = operator.index(min_run)
+    if min_run < 1:
+        raise ValueError("index_runs: min_run must be >= 1, got %d" % min_run)
     xp = _namespace(rows)
     n = len(rows)
     if n == 0 or int(rows.min()) < 0:
