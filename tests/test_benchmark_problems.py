@@ -144,6 +144,7 @@ def test_asv_suites_callable():
     bench.ratio_repeats, bench.ratio_min_time = 2, 0.0
     bench.setup(12)
     assert bench.track_jacobian_ratio(12) > 0
+    assert bench.track_jacobian_ratio_on_pool(12) > 0
     assert 0 < bench.track_sparsity_ratio(12)
     assert bench.track_memory_ratio(12) > 0
 
