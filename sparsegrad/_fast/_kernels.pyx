@@ -3018,7 +3018,7 @@ cdef int _take_runs_loop(Py_ssize_t n_runs, Py_ssize_t m, const gathered_t* a,
                          gathered_t* out) noexcept nogil:
     """:func:`_take_loop` run by run (``starts`` of :func:`index_runs`, checked to
     fit: see :func:`_runs_fit`): 0, or 1 for a run reaching past ``m`` (nothing
-    is reported: the caller gathers again by rows, which names the entry)."""
+    is reported: :func:`_take_any` gathers again by rows, which names the entry)."""
     cdef Py_ssize_t j, i, s, e
     cdef int64_t first
     for j in range(n_runs):
@@ -3034,6 +3034,17 @@ cdef int _take_runs_loop(Py_ssize_t n_runs, Py_ssize_t m, const gathered_t* a,
             for i in range(s, e):
                 out[i] = a[first + i] * b[first + i]
     return 0
+
+
+cdef int64_t _take_any(Py_ssize_t n, Py_ssize_t m, const gathered_t* a, const gathered_t* b,
+                       const int64_t* rows, Py_ssize_t n_runs, const int64_t* starts,
+                       gathered_t* out) noexcept nogil:
+    """:func:`_take_loop` by the runs when there are any (``n_runs >= 0``) and
+    none reaches past ``m``, else by the rows (which names the entry out of
+    range): -1, or the first position whose row is out of range."""
+    if n_runs >= 0 and not _take_runs_loop(n_runs, m, a, b, rows, starts, out):
+        return -1
+    return _take_loop(n, m, a, b, rows, out)
 
 
 cdef Py_ssize_t _runs_fit(object rows, object runs, str name) except -1:
@@ -3119,24 +3130,14 @@ def take_product(a, b, rows, runs=None):
     cdef const int64_t* pr = <const int64_t*>_ptr(rows)
     cdef const int64_t* ps = <const int64_t*>_ptr(runs)
     cdef void* po = _ptr(out)
-    cdef int64_t bad = -1
-    cdef int past = 1  # (a run reaching past m, or no runs: gather by rows)
-    cdef bint f64 = cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64
+    cdef int64_t bad
     with nogil:
-        if n_runs >= 0:
-            if f64:
-                past = _take_runs_loop[double](n_runs, m, <const double*>pa,
-                                              <const double*>pb, pr, ps, <double*>po)
-            else:
-                past = _take_runs_loop[float](n_runs, m, <const float*>pa,
-                                             <const float*>pb, pr, ps, <float*>po)
-        if past:
-            if f64:
-                bad = _take_loop[double](n, m, <const double*>pa, <const double*>pb, pr,
-                                         <double*>po)
-            else:
-                bad = _take_loop[float](n, m, <const float*>pa, <const float*>pb, pr,
-                                        <float*>po)
+        if cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT64:
+            bad = _take_any[double](n, m, <const double*>pa, <const double*>pb, pr, n_runs,
+                                    ps, <double*>po)
+        else:
+            bad = _take_any[float](n, m, <const float*>pa, <const float*>pb, pr, n_runs,
+                                   ps, <float*>po)
     if bad >= 0:
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))
@@ -3169,27 +3170,16 @@ def take(a, rows, runs=None):
     cdef const int64_t* pr = <const int64_t*>_ptr(rows)
     cdef const int64_t* ps = <const int64_t*>_ptr(runs)
     cdef void* po = _ptr(out)
-    cdef int64_t bad = -1
-    cdef int past = 1  # (a run reaching past m, or no runs: gather by rows)
+    cdef int64_t bad
     with nogil:
-        if n_runs >= 0:
-            if typenum == cnp.NPY_FLOAT64:
-                past = _take_runs_loop[double](n_runs, m, <const double*>pa, NULL, pr, ps,
-                                              <double*>po)
-            elif typenum == cnp.NPY_FLOAT32:
-                past = _take_runs_loop[float](n_runs, m, <const float*>pa, NULL, pr, ps,
-                                             <float*>po)
-            else:
-                past = _take_runs_loop[int64_t](n_runs, m, <const int64_t*>pa, NULL, pr, ps,
-                                               <int64_t*>po)
-        if past:
-            if typenum == cnp.NPY_FLOAT64:
-                bad = _take_loop[double](n, m, <const double*>pa, NULL, pr, <double*>po)
-            elif typenum == cnp.NPY_FLOAT32:
-                bad = _take_loop[float](n, m, <const float*>pa, NULL, pr, <float*>po)
-            else:
-                bad = _take_loop[int64_t](n, m, <const int64_t*>pa, NULL, pr,
-                                          <int64_t*>po)
+        if typenum == cnp.NPY_FLOAT64:
+            bad = _take_any[double](n, m, <const double*>pa, NULL, pr, n_runs, ps,
+                                    <double*>po)
+        elif typenum == cnp.NPY_FLOAT32:
+            bad = _take_any[float](n, m, <const float*>pa, NULL, pr, n_runs, ps, <float*>po)
+        else:
+            bad = _take_any[int64_t](n, m, <const int64_t*>pa, NULL, pr, n_runs, ps,
+                                     <int64_t*>po)
     if bad >= 0:
         raise IndexError("index %d is out of bounds for axis 0 with size %d"
                          % (rows[bad], m))
