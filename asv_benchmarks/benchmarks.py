@@ -21,6 +21,9 @@ interleaved repeats, median):
 ``track_sparsity_ratio``     seed_sparsity time / seed time
 ``track_memory_ratio``       peak traced extra memory / bytes of the Jacobian
 
+``ShallowWaterByHand`` times the shallow-water Jacobian derived by hand with
+numpy (``hand_coded``), the comparison that a user who writes Jacobians makes.
+
 Run from the repository root (``asv.conf.json`` lives there)::
 
     pip install -e .                       # asv imports the installed sparsegrad
@@ -30,7 +33,7 @@ Run from the repository root (``asv.conf.json`` lives there)::
 import sparsegrad
 from sparsegrad import forward
 
-from . import problems
+from . import hand_coded, problems
 from .ratios import FIXED_COST_SIZES, measure_times, memory_ratio
 
 
@@ -147,6 +150,31 @@ class ConstantOperators:
 
     def time_value_and_jacobian(self, operator):
         self.residual(forward.seed(self.x0)).dvalue
+
+
+class ShallowWaterByHand:
+    """The shallow-water Jacobian derived by hand with numpy
+    (``hand_coded.shallow_water``), what a user writes without sparsegrad:
+    ``time_value_and_jacobian`` is the residual and that Jacobian,
+    ``track_ratio_on_pool`` their time over the residual's, all on
+    sparsegrad's memory pool as ``ShallowWaterRatios.track_jacobian_ratio_on_pool``."""
+
+    param_names = ["size"]
+    params = [list(problems.get("sw").sizes)]
+    timeout = 600
+    unit = "ratio"
+
+    def setup(self, n):
+        self.residual, self.jacobian, self.x0 = hand_coded.shallow_water(n)
+
+    def time_value_and_jacobian(self, n):
+        self.residual(self.x0)
+        self.jacobian(self.x0)
+
+    def track_ratio_on_pool(self, n):
+        return measure_times(self.residual, self.x0, repeats=_Ratios.ratio_repeats,
+                             min_time=_Ratios.ratio_min_time, sparsity=False,
+                             by_hand=self.jacobian)["by_hand_ratio_pool"]
 
 
 class FixedCost:

@@ -96,18 +96,23 @@ class ShallowWater(Problem):
     def size_text(self, n):
         return "%dx%d" % (n, n)
 
-    def setup(self, n, xp=np):
+    def stencil(self, n, xp=np):
+        """``(cells, east, west, north, south, cx, cy)``: the number of grid cells,
+        each cell's four neighbours (index arrays, periodic) and the factors of
+        the centred differences, ``1 / (2 dx)`` and ``1 / (2 dy)``."""
         if n < 3:
             raise ValueError("shallow water needs n >= 3")
-        g = self.g
         cells = n * n
         length = 1.0
         dx = dy = length / n
         grid = np.arange(cells).reshape(n, n)          # grid[j, i]: row j (y), column i (x)
         east, west, north, south = (xp.asarray(np.roll(grid, shift, axis=axis).ravel())
                                     for shift, axis in ((-1, 1), (1, 1), (-1, 0), (1, 0)))
-        cx = 1.0 / (2.0 * dx)
-        cy = 1.0 / (2.0 * dy)
+        return cells, east, west, north, south, 1.0 / (2.0 * dx), 1.0 / (2.0 * dy)
+
+    def setup(self, n, xp=np):
+        g = self.g
+        cells, east, west, north, south, cx, cy = self.stencil(n, xp)
 
         def ddx(f):
             return (f[east] - f[west]) * cx

@@ -39,7 +39,10 @@ first evaluation, so their structure comes from the structure cache; judged
 against the residual timed on sparsegrad's memory pool as well, in the same
 rounds, since the Jacobian allocates from the pool: numpy's own allocator pays
 page faults for its temporaries or not depending on what ran before in the
-process, 0.87 or 1.57 ms for the shallow-water 200x200 residual).
+process, 0.87 or 1.57 ms for the shallow-water 200x200 residual), and, for
+information, the shallow-water value+Jacobian against the same residual with
+the Jacobian derived by hand with numpy (``asv_benchmarks.hand_coded``: what a
+user writes without sparsegrad), all on sparsegrad's memory pool.
 Each target is marked PASS or FAIL.  Last, for information, the fixed cost of
 an evaluation of each problem (value+Jacobian on its smallest grid, where the
 arrays cost nothing: what the Python of every operation costs, and what makes
@@ -62,6 +65,7 @@ import tracemalloc
 
 import numpy as np
 
+from . import hand_coded as _hand_coded
 from . import problems as _problems
 
 __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "SCALING_TOLERANCE",
@@ -150,7 +154,7 @@ def _loops(func, min_time):
 
 
 def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
-                  residual_in_pool=False, sync=None, fault_free=False):
+                  residual_in_pool=False, sync=None, fault_free=False, by_hand=None):
     """Residual, value+Jacobian and (optionally) sparsity times, interleaved.
 
     ``residual_in_pool``: run the plain residual with sparsegrad's memory pool
@@ -160,6 +164,10 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
     residual on the pool (``residual_pool``, ``ratio_pool``) beside numpy's own
     allocator, whatever ``residual_in_pool`` says (the like-for-like ratio of a
     repeated evaluation, which runs on the pool, see :func:`measure`).
+    ``by_hand``: a function of ``x`` returning the Jacobian derived by hand
+    (``asv_benchmarks.hand_coded``): ``residual(x)`` and it are timed on the pool
+    too (``by_hand``, ``by_hand_ratio_pool``, against the residual on the pool;
+    implies ``fault_free``).
 
     Returns a dict: ``residual``, ``jacobian``, ``sparsity`` (median seconds),
     ``ratio`` (median over repeats of jacobian/residual) and ``sparsity_ratio``
@@ -182,8 +190,11 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
         return residual(forward.seed_sparsity(x0)).dvalue
 
     funcs = {"residual": plain, "jacobian": jacobian}
+    fault_free = fault_free or by_hand is not None
     if fault_free:
         funcs["residual_pool"] = on_pool
+    if by_hand is not None:
+        funcs["by_hand"] = pooled(lambda: (residual(x0), by_hand(x0)))
     if sparsity:
         funcs["sparsity"] = pattern
     if sync is not None:
@@ -211,6 +222,9 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
     if fault_free:
         out["ratio_pool"] = statistics.median(
             j / r for j, r in zip(samples["jacobian"], samples["residual_pool"]))
+    if by_hand is not None:
+        out["by_hand_ratio_pool"] = statistics.median(
+            h / r for h, r in zip(samples["by_hand"], samples["residual_pool"]))
     if sparsity:
         out["sparsity_ratio"] = statistics.median(
             s / j for s, j in zip(samples["sparsity"], samples["jacobian"]))
@@ -260,8 +274,12 @@ def measure(problem, n, repeats=7, min_time=0.02, memory=True, residual_in_pool=
     result = {"problem": problem.key, "name": problem.name, "size": int(n),
               "label": problem.size_text(n), "unknowns": int(problem.unknowns(n))}
     repeated = REPEATED_TARGETS.get((problem.key, int(n)))
+    by_hand = _hand_coded.HAND_CODED.get(problem.key)
+    if by_hand is not None:
+        by_hand = by_hand(n)[1]
     t = measure_times(residual, x0, repeats=repeats, min_time=min_time,
-                      residual_in_pool=residual_in_pool, fault_free=repeated is not None)
+                      residual_in_pool=residual_in_pool, fault_free=repeated is not None,
+                      by_hand=by_hand)
     result.update(residual_s=t["residual"], jacobian_s=t["jacobian"], sparsity_s=t["sparsity"],
                   ratio=t["ratio"], sparsity_ratio=t["sparsity_ratio"], repeats=repeats,
                   loops=t["loops"], first_jacobian_s=t["first_jacobian"],
@@ -288,6 +306,11 @@ def measure(problem, n, repeats=7, min_time=0.02, memory=True, residual_in_pool=
         result["repeated_pass"] = bool(t["ratio_pool"] <= repeated)
     else:
         result["repeated_pass"] = None
+    if by_hand is not None:
+        # (for information: a Jacobian written by hand with numpy, both sides and
+        # the residual on the pool)
+        result.update(residual_pool_s=t["residual_pool"], ratio_pool=t["ratio_pool"],
+                      by_hand_s=t["by_hand"], by_hand_ratio_pool=t["by_hand_ratio_pool"])
     result["sparsity_pass"] = bool(result["sparsity_ratio"] <= SPARSITY_TARGET)
     if memory:
         result["memory_pass"] = bool(result["memory_ratio"] <= MEMORY_TARGET)
@@ -454,6 +477,14 @@ def report(results, checks, out=print, fixed_costs=None):
         for r in with_peers:
             out("  %-30s %8.2fx %s" % (r["name"] + " " + r["label"], r["ratio"], " ".join(
                 "%17s" % _range(r["peers"][p]) for p in PEER_NAMES)))
+    by_hand = [r for r in results if "by_hand_ratio_pool" in r]
+    if by_hand:
+        out("")
+        out("beside a Jacobian derived by hand with numpy (asv_benchmarks/hand_coded.py; "
+            "value+Jacobian / residual, all three on sparsegrad's memory pool)")
+        for r in by_hand:
+            out("  %-30s sparsegrad %7.2fx   by hand %7.2fx" % (
+                r["name"] + " " + r["label"], r["ratio_pool"], r["by_hand_ratio_pool"]))
     repeated = [r for r in results if r.get("repeated_target")]
     if repeated:
         out("")

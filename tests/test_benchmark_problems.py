@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:   # asv_benchmarks is not installed; pytest may start elsewhere
     sys.path.insert(0, ROOT)
 
-from asv_benchmarks import benchmarks, problems, ratios  # noqa: E402
+from asv_benchmarks import benchmarks, hand_coded, problems, ratios  # noqa: E402
 
 # tiny sizes: a few dozen unknowns each
 TINY = {"sw": 5, "pb": 12, "bratu": 4, "dd": 9}
@@ -104,6 +104,40 @@ def test_shallow_water_nonzeros():
     J = residual(forward.seed(x0)).dvalue
     counts = np.diff(J.indptr).reshape(3, -1)
     assert set(counts[0]) == {8} and set(counts[1]) == {12} and set(counts[2]) == {12}
+
+
+@pytest.mark.parametrize("n", [3, 4, 7])
+def test_shallow_water_jacobian_equals_the_one_derived_by_hand(n):
+    # an independent reference: every coefficient derived on paper
+    # (asv_benchmarks/hand_coded.py), the pattern canonical and identical
+    residual, jacobian, x0 = hand_coded.shallow_water(n)
+    rng = np.random.default_rng(n)
+    for x in (x0, x0 * (1 + 0.2 * rng.standard_normal(x0.size))):
+        by_hand = jacobian(x)
+        J = residual(forward.seed(x)).dvalue
+        assert by_hand.has_canonical_format and by_hand.nnz == 32 * n * n
+        np.testing.assert_array_equal(J.indptr, by_hand.indptr)
+        np.testing.assert_array_equal(J.indices, by_hand.indices)
+        np.testing.assert_allclose(J.data, by_hand.data, rtol=1e-13,
+                                   atol=1e-14 * np.abs(by_hand.data).max())
+    # and the hand's own derivation against central differences
+    reference = numerical_jacobian(residual, x0, method="central")
+    np.testing.assert_allclose(jacobian(x0).toarray(), reference, rtol=1e-5,
+                               atol=1e-6 * np.abs(reference).max())
+
+
+def test_asv_shallow_water_by_hand_callable():
+    bench = benchmarks.ShallowWaterByHand()
+    assert bench.params == [list(problems.get("sw").sizes)]
+    bench.setup(4)
+    bench.time_value_and_jacobian(4)
+    _Ratios = benchmarks._Ratios
+    old = _Ratios.ratio_repeats, _Ratios.ratio_min_time
+    _Ratios.ratio_repeats, _Ratios.ratio_min_time = 2, 0.0
+    try:
+        assert bench.track_ratio_on_pool(4) > 0
+    finally:
+        _Ratios.ratio_repeats, _Ratios.ratio_min_time = old
 
 
 def test_bernoulli():
@@ -193,6 +227,12 @@ def test_ratios_script_quick(tmp_path, capsys):
     assert sorted(data["fixed_costs"]) == ["bratu", "dd", "pb", "sw"]
     assert all(seconds > 0 for seconds in data["fixed_costs"].values())
     assert "fixed cost of an evaluation" in printed and "sw 5x5" in printed
+    # the shallow-water rows carry the Jacobian derived by hand, for information
+    assert "derived by hand" in printed
+    for r in data["results"]:
+        assert ("by_hand_ratio_pool" in r) == (r["problem"] == "sw")
+        if r["problem"] == "sw":
+            assert r["by_hand_s"] > 0 and r["by_hand_ratio_pool"] > 0 and r["ratio_pool"] > 0
 
 
 def test_repeated_target_judged_against_the_residual_on_the_pool(monkeypatch, capsys):
@@ -209,9 +249,11 @@ def test_repeated_target_judged_against_the_residual_on_the_pool(monkeypatch, ca
     assert "%.2fx" % failing["ratio_pool"] in failure
     ratios.report([failing], [], out=print)
     assert "the residual on the pool" in capsys.readouterr().out
-    # without a repeated target the pool's residual is not timed
-    plain = ratios.measure("sw", 8, repeats=1, min_time=0, memory=False)
+    # without a repeated target (or a Jacobian by hand) the pool's residual is not timed
+    plain = ratios.measure("pb", 10, repeats=1, min_time=0, memory=False)
     assert plain["repeated_pass"] is None and "ratio_pool" not in plain
+    by_hand = ratios.measure("sw", 8, repeats=1, min_time=0, memory=False)
+    assert by_hand["repeated_pass"] is None and by_hand["ratio_pool"] > 0
 
 
 def test_fixed_cost_is_the_smallest_grid():
