@@ -24,7 +24,7 @@ extensions = [
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=COMPILE_ARGS,
     )
-    for name in ("_kernels", "_pool")
+    for name in ("_kernels", "_pool", "_program")
 ]
 
 # boundscheck/wraparound are switched off per function in the .pyx, only on

@@ -14,7 +14,7 @@ import warnings
 
 from . import _reference as reference
 
-__all__ = ["kernels", "reference", "compiled", "KERNELS", "pool"]
+__all__ = ["kernels", "reference", "compiled", "KERNELS", "pool", "run_program"]
 
 compiled = None
 if os.environ.get("SPARSEGRAD_PURE_PYTHON", "") not in ("", "0"):
@@ -44,4 +44,13 @@ if compiled is not None:
     try:
         from . import _pool as pool
     except ImportError:  # an extension built before the pool existed: no pool
+        pass
+
+# the program runner of sparsegrad._trace, compiled with the kernels (its own
+# extension module: it uses the kernels' worker threads)
+run_program = reference.run_program
+if compiled is not None:
+    try:
+        from ._program import run_program
+    except ImportError:  # an extension built before programs existed: the reference
         pass

@@ -1,0 +1,761 @@
+"""Recorded evaluation: a function's operations recorded, its Jacobian replayed.
+
+``sparsegrad.value_and_jacobian(f, trace=True)`` (and ``jacobian``) run ``f``
+on light values (:class:`Traced`) that compute only numpy values and append
+each operation to a tape.  The tape's structure (the operations, the shapes,
+which scalars and index arrays they take) names a *program*, compiled once
+per structure from the tape by symbolic forward differentiation: every entry
+of the Jacobian is an expression of the operations' values, gathered at rows
+that depend only on the structure, and the program computes those
+expressions for blocks of rows at a time and writes them straight into the
+result (``sparsegrad._fast.run_program``, compiled with the kernels).  A later
+call with the same structure runs ``f`` on light values again (so its Python
+control flow and its values are its own) and only runs the program: no
+per-operation Jacobian bookkeeping, no intermediate row factors in memory.
+
+What a call checks before it trusts a program: the structure of its tape
+(operations, operands, shapes, slices, the exponent of every power) is the
+program's, and every index array it gathered by holds the entries the program
+was compiled with (compared with kept copies, as the eager path does: an
+array written in place between calls is caught).  Scalars (``g * eta``,
+``dt``) are read at every call.  Anything the recorder does not take (another
+numpy function, a comparison, a 2-d value, a branch on a value, an error
+raised by ``f``) makes the call go the eager way (``forward.seed``); the
+function may then run twice in that call.
+
+>>> import numpy as np
+>>> recorder = Recorder()
+>>> f = lambda x: np.exp(x[1:]) * x[:-1]
+>>> value, J = recorder.value_and_jacobian(f, np.array([0.0, 1.0, 2.0]), (), {})
+>>> J.toarray()
+array([[2.71828183, 0.        , 0.        ],
+       [0.        , 7.3890561 , 7.3890561 ]])
+>>> _ = recorder.value_and_jacobian(f, np.array([1.0, 1.0, 1.0]), (), {})
+>>> recorder.info().hits, recorder.info().misses
+(1, 1)
+"""
+import collections
+import numbers
+import threading
+
+import numpy as np
+import scipy.sparse
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from . import _fast
+from ._jacobian import _index_dtype
+from ._memory import pooled
+
+__all__ = ["Traced", "Untraceable", "Recorder", "RecorderInfo", "compile_tape", "RULES"]
+
+
+class Untraceable(Exception):
+    """What the recorder does not take: the call goes the eager way."""
+
+
+_FLOAT64 = np.dtype(np.float64)
+
+
+class Tape:
+    """The operations of one call: ``entries`` (the structure, hashable),
+    ``values`` (one ndarray per node: node 0 is the seed; None for a node
+    not in ``keep``, when given), ``lengths`` (of every node), ``params``
+    (the scalars, in order of use) and ``indexes`` (the index arrays
+    gathered by).
+
+    Only the values a program reads are kept (``keep``): the others are
+    freed as the function goes on, as its own temporaries would be, and
+    their memory is reused while it is still in the cache.
+    """
+
+    __slots__ = ("entries", "values", "lengths", "params", "indexes", "size", "keep")
+
+    def __init__(self, x, keep=None):
+        self.entries = [("seed", x.shape[0])]
+        self.values = [x]
+        self.lengths = [x.shape[0]]
+        self.params = []
+        self.indexes = []
+        self.size = x.shape[0]
+        self.keep = keep
+
+    def _node(self, entry, value):
+        node = len(self.entries)
+        self.entries.append(entry)
+        self.values.append(value if self.keep is None or node in self.keep else None)
+        self.lengths.append(value.shape[0])
+        return node
+
+    def add(self, entry, value):
+        if value.dtype != _FLOAT64 or value.ndim != 1:
+            raise Untraceable("a result of dtype %s and shape %s" % (value.dtype, value.shape))
+        return Traced(value, self._node(entry, value), self)
+
+    def constant(self, array):
+        """Node of a constant float64 array (its values read at every call)."""
+        return self._node(("const", array.shape[0]), array)
+
+    def holds(self, nodes):
+        """Whether the values of ``nodes`` were kept."""
+        return all(self.values[node] is not None for node in nodes)
+
+    def structure(self, output):
+        return (tuple(self.entries), output)
+
+
+def _is_scalar(x):
+    return (isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+            and not isinstance(x, np.ndarray))
+
+
+class Traced(NDArrayOperatorsMixin):
+    """A light value: a 1-d float64 ndarray and its node on a :class:`Tape`.
+
+    Takes elementwise ufuncs of :data:`RULES`, reads by slices and integer
+    arrays and ``np.concatenate``; anything else raises :class:`Untraceable`.
+    """
+
+    __slots__ = ("value", "node", "tape")
+
+    def __init__(self, value, node, tape):
+        self.value = value
+        self.node = node
+        self.tape = tape
+
+    shape = property(lambda self: self.value.shape)
+    size = property(lambda self: self.value.size)
+    ndim = property(lambda self: 1)
+    dtype = property(lambda self: _FLOAT64)
+
+    def __len__(self):
+        return self.value.shape[0]
+
+    def _operand(self, x):
+        """``(structure, value)`` of an operand of an operation on this tape."""
+        tape = self.tape
+        if type(x) is Traced:
+            if x.tape is not tape:
+                raise Untraceable("a value of another recording")
+            return ("n", x.node), x.value
+        if _is_scalar(x):
+            tape.params.append(float(x))
+            return ("p", len(tape.params) - 1), x
+        if (type(x) is np.ndarray and x.dtype == _FLOAT64 and x.shape == self.value.shape):
+            return ("n", tape.constant(x)), x
+        raise Untraceable("an operand of type %s" % type(x).__name__)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs or ufunc.__name__ not in RULES:
+            raise Untraceable("%s.%s" % (ufunc.__name__, method))
+        if ufunc.__name__ == "power":
+            # (the exponent is structure: the rule differs with it)
+            base, exponent = inputs
+            if type(base) is not Traced or not _is_scalar(exponent):
+                raise Untraceable("power of other than a value and a scalar")
+            structure, value = self._operand(base)
+            exponent = float(exponent)
+            return self.tape.add(("power", structure, exponent), ufunc(value, exponent))
+        operands = [self._operand(x) for x in inputs]
+        for structure, value in operands:
+            if structure[0] == "n" and value.shape != self.value.shape:
+                raise Untraceable("operands of shapes %s and %s"
+                                  % (value.shape, self.value.shape))
+        return self.tape.add((ufunc.__name__, tuple(s for s, _ in operands)),
+                             ufunc(*(v for _, v in operands)))
+
+    def __getitem__(self, key):
+        n = self.value.shape[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            value = self.value[key]
+            return self.tape.add(("slice", self.node, start, step, value.shape[0]), value)
+        if isinstance(key, list) and all(type(k) is int for k in key):
+            key = np.array(key, dtype=np.int64)
+        if type(key) is np.ndarray and key.ndim == 1 and key.dtype.kind in "iu":
+            value = self.value[key]      # (numpy's IndexError for an index out of range)
+            self.tape.indexes.append(key)
+            return self.tape.add(("gather", self.node, len(self.tape.indexes) - 1,
+                                  key.shape[0]), value)
+        raise Untraceable("a read by %s" % type(key).__name__)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.concatenate and len(args) == 1 and kwargs in ({}, {"axis": 0}):
+            parts, values = [], []
+            for part in args[0]:
+                if type(part) is Traced and part.tape is self.tape:
+                    parts.append(part.node)
+                    values.append(part.value)
+                elif type(part) is np.ndarray and part.dtype == _FLOAT64 and part.ndim == 1:
+                    parts.append(self.tape.constant(part))
+                    values.append(part)
+                else:
+                    raise Untraceable("np.concatenate of a %s" % type(part).__name__)
+            return self.tape.add(("concatenate", tuple(parts)), np.concatenate(values))
+        raise Untraceable(getattr(func, "__name__", str(func)))
+
+    def __array__(self, *args, **kwargs):
+        raise Untraceable("a conversion to an ndarray")
+
+    def __bool__(self):
+        raise Untraceable("a branch on a value")
+
+    def __float__(self):
+        raise Untraceable("a conversion to float")
+
+    def __iter__(self):
+        raise Untraceable("an iteration")
+
+    def __setitem__(self, key, value):
+        raise Untraceable("a write")
+
+
+# ---------------------------------------------------------------- expressions
+
+class _Expressions:
+    """Expressions of the Jacobian's entries, hash-consed (one id per form, so
+    that an expression met twice is computed once per block).
+
+    Forms: ``("lit", c)``, ``("param", k)`` (scalar ``k`` of the call),
+    ``("leaf", node, map)`` (a node's values at mapped rows), ``(op, a)`` for
+    the unary ops and ``(op, a, b)`` for the binary ones of ``run_program``,
+    ``("power", a, c)``.  A map ``(array, start, step)`` sends row ``j`` of a
+    term to row ``arrays[array][start + step * j]`` of the node, or ``start
+    + step * j`` for ``array`` -1.
+    """
+
+    def __init__(self):
+        self.ids = {}
+        self.forms = []
+        self.arrays = []       # maps' materialised row numbers
+        self._array_ids = {}
+        self._composed = {}
+
+    def make(self, form):
+        i = self.ids.get(form)
+        if i is None:
+            i = self.ids[form] = len(self.forms)
+            self.forms.append(form)
+        return i
+
+    def lit(self, c):
+        return self.make(("lit", float(c)))
+
+    def leaf(self, node):
+        return self.make(("leaf", node, (-1, 0, 1)))
+
+    def neg(self, a):
+        form = self.forms[a]
+        if form[0] == "negative":
+            return form[1]
+        if form[0] == "lit":
+            return self.lit(-form[1])
+        return self.make(("negative", a))
+
+    def mul(self, a, b):
+        for x, y in ((a, b), (b, a)):
+            if self.forms[x] == ("lit", 1.0):
+                return y
+            if self.forms[x] == ("lit", -1.0):
+                return self.neg(y)
+        return self.make(("multiply", a, b))
+
+    def op(self, name, *args):
+        return self.make((name,) + args)
+
+    def array(self, key, make):
+        i = self._array_ids.get(key)
+        if i is None:
+            i = self._array_ids[key] = len(self.arrays)
+            self.arrays.append(np.ascontiguousarray(make(), dtype=np.int64))
+        return i
+
+    def compose_map(self, f, g, length):
+        """The map ``j -> f(g(j))`` for ``length`` rows (``g`` into ``f``'s rows)."""
+        fa, fs, ft = f
+        ga, gs, gt = g
+        if ga < 0:
+            return (fa, fs + ft * gs, ft * gt)
+
+        def rows():
+            local = self.arrays[ga][gs + gt * np.arange(length)]
+            if fa < 0:
+                return fs + ft * local
+            return self.arrays[fa][fs + ft * local]
+        return (self.array(("compose", f, g, length), rows), 0, 1)
+
+    def compose(self, e, g, length):
+        """Expression ``e`` read at rows ``g(j)``, ``j < length``."""
+        if g == (-1, 0, 1):
+            return e
+        key = (e, g, length)
+        done = self._composed.get(key)
+        if done is not None:
+            return done
+        form = self.forms[e]
+        kind = form[0]
+        if kind in ("lit", "param"):
+            done = e
+        elif kind == "leaf":
+            done = self.make(("leaf", form[1], self.compose_map(form[2], g, length)))
+        elif kind == "power":
+            done = self.make(("power", self.compose(form[1], g, length), form[2]))
+        else:
+            done = self.make((kind,) + tuple(self.compose(a, g, length) for a in form[1:]))
+        self._composed[key] = done
+        return done
+
+
+# ---------------------------------------------------------------- derivative rules
+
+def _operand(E, structure):
+    kind, k = structure
+    return E.leaf(k) if kind == "n" else E.make(("param", k))
+
+
+def _binary(partials):
+    return lambda E, z, a, b: partials(E, z, _operand(E, a), _operand(E, b))
+
+
+#: ufunc name -> partials: ``rule(E, z, *operands)`` returns one expression per
+#: operand, the derivative of the result ``z`` (a leaf) with respect to it
+RULES = {
+    "add": _binary(lambda E, z, a, b: (E.lit(1), E.lit(1))),
+    "subtract": _binary(lambda E, z, a, b: (E.lit(1), E.lit(-1))),
+    "multiply": _binary(lambda E, z, a, b: (b, a)),
+    "divide": _binary(lambda E, z, a, b: (E.op("divide", E.lit(1), b),
+                                          E.neg(E.op("divide", z, b)))),
+    "negative": lambda E, z, a: (E.lit(-1),),
+    "positive": lambda E, z, a: (E.lit(1),),
+    "exp": lambda E, z, a: (z,),
+    "expm1": lambda E, z, a: (E.op("add", z, E.lit(1)),),
+    "log": lambda E, z, a: (E.op("divide", E.lit(1), _operand(E, a)),),
+    "log1p": lambda E, z, a: (E.op("divide", E.lit(1), E.op("add", _operand(E, a), E.lit(1))),),
+    "sqrt": lambda E, z, a: (E.op("divide", E.lit(0.5), z),),
+    "sin": lambda E, z, a: (E.op("cos", _operand(E, a)),),
+    "cos": lambda E, z, a: (E.neg(E.op("sin", _operand(E, a))),),
+    "tanh": lambda E, z, a: (E.op("subtract", E.lit(1), E.op("multiply", z, z)),),
+    "square": lambda E, z, a: (E.mul(E.lit(2), _operand(E, a)),),
+    "reciprocal": lambda E, z, a: (E.neg(E.op("multiply", z, z)),),
+}
+RULES["true_divide"] = RULES["divide"]
+# (power: a structural exponent, see _power)
+
+
+def _power(E, z, a, exponent):
+    if exponent == 1.0:
+        return (E.lit(1),)
+    if exponent == 2.0:
+        return (E.mul(E.lit(2), _operand(E, a)),)
+    return (E.mul(E.lit(exponent), E.make(("power", _operand(E, a), exponent - 1.0))),)
+
+
+RULES["power"] = _power
+
+_UNARY_OPS = ("negative", "exp", "log", "sqrt", "sin", "cos", "tanh")
+_BINARY_OPS = ("add", "subtract", "multiply", "divide")
+
+
+# ---------------------------------------------------------------- compiling
+
+class Program:
+    """What :func:`compile_tape` makes of a tape: the instructions of
+    ``run_program``, its leaves (``(node, array, start, step)``), literals,
+    stores, the pattern and the copies of the index arrays it was made with."""
+
+    __slots__ = ("instructions", "segments", "leaves", "arrays", "literals", "stores",
+                 "indptr", "indices", "shape", "index_copies", "nbytes", "needed")
+
+    def run(self, tape):
+        """The data of the Jacobian at the values of ``tape``."""
+        leaves = [(tape.values[node], None if array < 0 else self.arrays[array], start, step)
+                  for node, array, start, step in self.leaves]
+        params = np.array(tape.params + self.literals, dtype=np.float64)
+        return _fast.run_program(self.instructions, self.segments, leaves, params,
+                                 self.stores, self.indptr)
+
+    def same_indexes(self, tape, same_index):
+        """Whether ``tape`` gathered by arrays equal to the ones compiled in."""
+        checked = set()
+        for array, copy in zip(tape.indexes, self.index_copies):
+            key = (id(array), id(copy))
+            if key not in checked:
+                if not same_index(array, copy):
+                    return False
+                checked.add(key)
+        return True
+
+
+def _terms_of_ufunc(E, terms, node, entry):
+    kind = entry[0]
+    operands = entry[1]
+    if kind == "power":
+        partials = _power(E, E.leaf(node), operands, entry[2])
+        operands = (operands,)
+    else:
+        partials = RULES[kind](E, E.leaf(node), *operands)
+    out = []
+    for structure, partial in zip(operands, partials):
+        if structure[0] != "n":
+            continue
+        for a0, b0, cols, e in terms[structure[1]]:
+            out.append((a0, b0, cols, E.mul(E.compose(partial, (-1, a0, 1), b0 - a0), e)))
+    return out
+
+
+def _combine(E, terms):
+    """Terms of the same rows and columns added into one."""
+    combined = collections.OrderedDict()
+    for a0, b0, cols, e in terms:
+        key = (a0, b0, cols)
+        combined[key] = e if key not in combined else E.op("add", combined[key], e)
+    return [key + (e,) for key, e in combined.items()]
+
+
+def _propagate(E, tape, cols):
+    """The terms ``(first row, stop row, columns, expression)`` of every node."""
+    terms = []
+    normalized = {}
+    for node, entry in enumerate(tape.entries):
+        kind = entry[0]
+        if kind == "seed":
+            n = entry[1]
+            terms.append([(0, n, cols(("seed", n), lambda: np.arange(n)), E.lit(1))])
+        elif kind == "const":
+            terms.append([])
+        elif kind == "slice":
+            _, source, start, step, m = entry
+            rows = start + step * np.arange(m)
+            out = []
+            for a0, b0, c, e in terms[source]:
+                inside = np.flatnonzero((rows >= a0) & (rows < b0))
+                if not inside.size:
+                    continue
+                r0, r1 = int(inside[0]), int(inside[-1]) + 1
+                first = start + step * r0 - a0
+                new = cols((c, "slice", first, step, r1 - r0),
+                           lambda c=c, first=first: cols.arrays[c][first + step * np.arange(r1 - r0)])
+                out.append((r0, r1, new, E.compose(e, (-1, first, step), r1 - r0)))
+            terms.append(out)
+        elif kind == "gather":
+            _, source, k, m = entry
+            user = tape.indexes[k]
+            index = normalized.get(id(user))
+            if index is None:
+                n_source = tape.lengths[source]
+                index = normalized[id(user)] = (id(user), np.where(user < 0, user + n_source,
+                                                                   user).astype(np.int64))
+            out = []
+            for a0, b0, c, e in terms[source]:
+                covered = (index[1] >= a0) & (index[1] < b0)
+                if not covered.any():
+                    continue
+                local = E.array(("gather", index[0], a0, b0),
+                                lambda: np.where(covered, index[1] - a0, 0))
+                new = cols((c, "gather", index[0], a0, b0),
+                           lambda c=c: np.where(covered, cols.arrays[c][E.arrays[local]], -1))
+                out.append((0, m, new, E.compose(e, (local, 0, 1), m)))
+            terms.append(_combine(E, out))
+        elif kind == "concatenate":
+            out, offset = [], 0
+            for part in entry[1]:
+                out.extend((a0 + offset, b0 + offset, c, e) for a0, b0, c, e in terms[part])
+                offset += tape.lengths[part]
+            terms.append(out)
+        else:
+            terms.append(_combine(E, _terms_of_ufunc(E, terms, node, entry)))
+    return terms
+
+
+class _Columns:
+    """Column arrays of terms, one per derivation (so that terms of the same
+    columns are recognised by their id and added)."""
+
+    def __init__(self):
+        self.arrays = []
+        self._ids = {}
+
+    def __call__(self, key, make):
+        i = self._ids.get(key)
+        if i is None:
+            i = self._ids[key] = len(self.arrays)
+            self.arrays.append(np.ascontiguousarray(make(), dtype=np.int64))
+        return i
+
+
+def _segments(terms, m):
+    """``(start, stop, [(columns, offset, expression)])`` of the rows of the
+    output covered by the same terms."""
+    bounds = sorted({0, m} | {a0 for a0, _, _, _ in terms} | {b0 for _, b0, _, _ in terms})
+    segments = []
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        covering = [(c, start - a0, e) for a0, b0, c, e in terms if a0 <= start and stop <= b0]
+        if covering and stop > start:
+            segments.append((start, stop, covering))
+    return segments
+
+
+def _children(form):
+    kind = form[0]
+    if kind in ("lit", "param", "leaf"):
+        return ()
+    if kind == "power":
+        return (form[1],)
+    return form[1:]
+
+
+def _emit(E, roots, leaf_slots, param_slots):
+    """Instructions of one segment: each root computed (its inputs first) and
+    stored, in the order of ``roots`` (``(expression, store)``); buffers
+    reused after their last read.  Returns ``(instructions, buffers)``."""
+    order, seen = [], set()
+    for root, store in roots:
+        stack = [(root, False)]
+        while stack:
+            e, expanded = stack.pop()
+            if e in seen:
+                continue
+            if expanded:
+                seen.add(e)
+                order.append(e)
+                continue
+            stack.append((e, True))
+            stack.extend((c, False) for c in reversed(_children(E.forms[e])) if c not in seen)
+        order.append(("store", root, store))
+    last = {}
+    for position, item in enumerate(order):
+        reads = (item[1],) if type(item) is tuple else _children(E.forms[item])
+        for r in reads:
+            last[r] = position
+    free, buffer_of, n_buffers, instructions = [], {}, 0, []
+    ops = {name: number for number, name in enumerate(_fast.reference.PROGRAM_OPS)}
+    for position, item in enumerate(order):
+        if type(item) is tuple:
+            _, root, store = item
+            instructions.append((ops["store"], 0, buffer_of[root], store))
+            reads = (root,)
+        else:
+            form = E.forms[item]
+            kind = form[0]
+            reads = _children(form)
+            read_buffers = [buffer_of[r] for r in reads]
+            # (a result never takes an operand's buffer: the loops are compiled
+            # for results apart from their operands)
+            if free:
+                d = free.pop()
+            else:
+                d, n_buffers = n_buffers, n_buffers + 1
+            buffer_of[item] = d
+            for r in set(reads):
+                if last[r] == position:
+                    free.append(buffer_of[r])
+            if kind == "lit":
+                instructions.append((ops["param"], d, param_slots(("lit", form[1])), 0))
+            elif kind == "param":
+                instructions.append((ops["param"], d, param_slots(("param", form[1])), 0))
+            elif kind == "leaf":
+                instructions.append((ops["load"], d, leaf_slots((form[1],) + form[2]), 0))
+            elif kind == "power":
+                instructions.append((ops["power"], d, read_buffers[0],
+                                     param_slots(("lit", form[2]))))
+            elif kind in _UNARY_OPS:
+                instructions.append((ops[kind], d, read_buffers[0], 0))
+            else:
+                instructions.append((ops[kind], d, read_buffers[0], read_buffers[1]))
+            continue
+        for r in reads:
+            if last[r] == position:
+                free.append(buffer_of[r])
+    return instructions, max(n_buffers, 1)
+
+
+def compile_tape(tape, output):
+    """The :class:`Program` of the Jacobian of node ``output`` of ``tape``.
+
+    Raises :class:`Untraceable` for what it does not compile.
+    """
+    E = _Expressions()
+    cols = _Columns()
+    try:
+        terms = _propagate(E, tape, cols)[output]
+    except RecursionError:
+        raise Untraceable("a chain of operations too deep") from None
+    m, n = tape.lengths[output], tape.size
+    leaves, params = {}, {}
+
+    def leaf_slot(spec):
+        return leaves.setdefault(spec, len(leaves))
+
+    def param_slot(spec):
+        return params.setdefault(spec, len(params))
+
+    pieces, instructions, segments = [], [], []
+    for start, stop, covering in _segments(terms, m):
+        combined = collections.OrderedDict()
+        for c, offset, e in covering:
+            e = E.compose(e, (-1, offset, 1), stop - start)
+            key = (c, offset)
+            combined[key] = e if key not in combined else E.op("add", combined[key], e)
+        roots = []
+        for (c, offset), e in combined.items():
+            roots.append((e, len(pieces)))
+            pieces.append((cols.arrays[c][offset:offset + stop - start], start))
+        code, n_buffers = _emit(E, roots, leaf_slot, param_slot)
+        segments.append((stop - start, len(instructions), len(instructions) + len(code),
+                         n_buffers, start))
+        instructions.extend(code)
+    kernels = _fast.kernels
+    index_dtype = _index_dtype(n, sum(len(c) for c, _ in pieces))
+    selection_terms = [(None, c, None, None, first) for c, first in pieces]
+    indptr, indices, _ = kernels.merge_scaled(m, n, selection_terms, pattern_only=True,
+                                              index_dtype=index_dtype)
+    program = Program()
+    program.stores = [np.ascontiguousarray(codes) for codes in kernels.merge_plan(
+        indptr, indices, [(None, c, first) for c, first in pieces])]
+    program.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 4)
+    program.segments = np.array(segments, dtype=np.int64).reshape(-1, 5)
+    # (tape params first: params of a call are its scalars, then the literals)
+    n_params = len(tape.params)
+    slot_of = {}
+    literals = []
+    for spec, slot in params.items():
+        if spec[0] == "param":
+            slot_of[slot] = spec[1]
+        else:
+            slot_of[slot] = n_params + len(literals)
+            literals.append(spec[1])
+    if len(program.instructions):
+        ins = program.instructions
+        is_param = ins[:, 0] == 1
+        ins[is_param, 2] = [slot_of[s] for s in ins[is_param, 2].tolist()]
+        is_power = ins[:, 0] == 13
+        ins[is_power, 3] = [slot_of[s] for s in ins[is_power, 3].tolist()]
+    program.literals = literals
+    program.leaves = [None] * len(leaves)
+    for (node, array, start, step), slot in leaves.items():
+        program.leaves[slot] = (node, array, start, step)
+    program.needed = frozenset(node for node, _, _, _ in program.leaves)
+    program.arrays = E.arrays
+    program.indptr, program.indices = indptr, indices
+    program.shape = (m, n)
+    program.index_copies = [np.array(a, dtype=np.int64) for a in tape.indexes]
+    for array in (program.indptr, program.indices, program.instructions, program.segments,
+                  *program.stores, *program.arrays, *program.index_copies):
+        array.flags.writeable = False
+    program.nbytes = sum(a.nbytes for a in (
+        program.indptr, program.indices, program.instructions, program.segments,
+        *program.stores, *program.arrays, *program.index_copies))
+    return program
+
+
+# ---------------------------------------------------------------- recorder
+
+#: hits (a program found and run), misses (a program compiled), fallbacks
+#: (calls that went the eager way), programs held and their bytes
+RecorderInfo = collections.namedtuple("RecorderInfo",
+                                      "hits misses fallbacks programs nbytes")
+
+
+class Recorder:
+    """The programs of one function, at most ``capacity`` (least recently used
+    forgotten first), and its counts.
+
+    ``value_and_jacobian(f, x, args, kwargs)`` returns ``(value, csr_matrix)``
+    or None when the call must go the eager way.
+    """
+
+    def __init__(self, capacity=4):
+        self.capacity = capacity
+        self._programs = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._hits = self._misses = self._fallbacks = 0
+        self._refused = None      # why the function is not recorded (None: it is)
+        self._keep = None         # the nodes whose values the last program read
+
+    def info(self):
+        with self._lock:
+            return RecorderInfo(self._hits, self._misses, self._fallbacks,
+                                len(self._programs),
+                                sum(p.nbytes for p in self._programs.values()))
+
+    def clear(self):
+        with self._lock:
+            self._programs.clear()
+            self._hits = self._misses = self._fallbacks = 0
+            self._refused = None
+            self._keep = None
+
+    @property
+    def refused(self):
+        """Why calls go the eager way (the first operation not recorded), or None."""
+        return self._refused
+
+    def _fallback(self, reason):
+        with self._lock:
+            self._fallbacks += 1
+            if self._refused is None:
+                self._refused = reason
+        return None
+
+    def _trace(self, f, x, args, kwargs, keep):
+        """``(tape, result)`` of ``f`` on light values, or a reason (str) why not."""
+        tape = Tape(x, keep)
+        try:
+            result = f(Traced(x, 0, tape), *args, **kwargs)
+        except Untraceable as exc:
+            return str(exc)
+        except Exception:
+            # (the eager way raises it again, with its own message)
+            return ""
+        if type(result) is not Traced or result.tape is not tape:
+            return "a result that is not a 1-d value of the argument"
+        return tape, result
+
+    @pooled
+    def value_and_jacobian(self, f, x, args, kwargs):
+        # (on sparsegrad's memory pool, as the eager way's operations are: the
+        # function's values, the result and its pattern's copies are of the
+        # same sizes at every call)
+        if self._refused is not None:
+            return self._fallback(self._refused)
+        x = np.array(x, dtype=np.float64)
+        traced = self._trace(f, x, args, kwargs, self._keep)
+        if type(traced) is str:
+            return self._fallback(traced) if traced else self._error()
+        tape, result = traced
+        key = tape.structure(result.node)
+        with self._lock:
+            program = self._programs.get(key)
+            if program is not None:
+                self._programs.move_to_end(key)
+        if program is None or not program.same_indexes(tape, _fast.kernels.same_index):
+            try:
+                program = compile_tape(tape, result.node)
+            except Untraceable as exc:
+                return self._fallback(str(exc))
+            with self._lock:
+                self._misses += 1
+                self._programs[key] = program
+                self._programs.move_to_end(key)
+                while len(self._programs) > self.capacity:
+                    self._programs.popitem(last=False)
+        else:
+            with self._lock:
+                self._hits += 1
+        if not tape.holds(program.needed):
+            # (another path than the last call's: its values were not all kept;
+            # the function runs again, keeping them)
+            traced = self._trace(f, x, args, kwargs, program.needed)
+            if type(traced) is str or traced[0].structure(traced[1].node) != key:
+                return self._fallback(traced) if type(traced) is str and traced else self._error()
+            tape, result = traced
+        self._keep = program.needed
+        data = program.run(tape)
+        matrix = scipy.sparse.csr_matrix(
+            (data, program.indices.copy(), program.indptr.copy()), shape=program.shape,
+            copy=False)
+        return result.value, matrix
+
+    def _error(self):
+        with self._lock:
+            self._fallbacks += 1
+        return None
