@@ -215,12 +215,17 @@ class _Expressions:
     """Expressions of the Jacobian's entries, hash-consed (one id per form, so
     that an expression met twice is computed once per block).
 
-    Forms: ``("lit", c)``, ``("param", k)`` (scalar ``k`` of the call),
-    ``("leaf", node, map)`` (a node's values at mapped rows), ``(op, a)`` for
-    the unary ops and ``(op, a, b)`` for the binary ones of ``run_program``,
-    ``("power", a, c)``.  A map ``(array, start, step)`` sends row ``j`` of a
-    term to row ``arrays[array][start + step * j]`` of the node, or ``start
-    + step * j`` for ``array`` -1.
+    Scalars (the same for every row) are ``("lit", c)``, ``("param", k)``
+    (scalar ``k`` of the call) and ``(op, a, b)`` for ``op`` in
+    ``_SCALAR_OPS``: computed once per call.  Vectors are ``("leaf", node,
+    map)`` (a node's values at mapped rows: a map ``(array, start, step)``
+    sends row ``j`` of a term to row ``arrays[array][start + step * j]`` of
+    the node, or ``start + step * j`` for ``array`` -1), the unary and
+    binary ops of ``run_program``, ``("scale", x, s)``, ``("shift", x, s)``,
+    ``("rdivide", x, s)`` (``x * s``, ``x + s``, ``s / x`` by a scalar ``s``)
+    and ``("power", x, c)``.  The builders fold scalars and move signs and
+    scalar factors outwards into one scaling (``-(c * (u * -v))`` is ``(u *
+    v) scaled by c``), so that a chain of constant factors costs one pass.
     """
 
     def __init__(self):
@@ -237,27 +242,89 @@ class _Expressions:
             self.forms.append(form)
         return i
 
+    def scalar(self, e):
+        return self.forms[e][0] in _SCALAR_KINDS
+
     def lit(self, c):
         return self.make(("lit", float(c)))
 
     def leaf(self, node):
         return self.make(("leaf", node, (-1, 0, 1)))
 
+    def _scalar_op(self, op, a, b):
+        fa, fb = self.forms[a], self.forms[b]
+        if fa[0] == "lit" and fb[0] == "lit":
+            return self.lit(_SCALAR_OPS[op](fa[1], fb[1]))
+        if op == "s*" and fa == ("lit", 1.0):
+            return b
+        if op in ("s*", "s/") and fb == ("lit", 1.0):
+            return a
+        if op == "s*" and a > b:
+            a, b = b, a
+        return self.make((op, a, b))
+
+    def _unscaled(self, x):
+        """``(y, s)`` with ``x = y * s`` (``s`` the literal 1 for no scaling)."""
+        form = self.forms[x]
+        if form[0] == "scale":
+            return form[1], form[2]
+        return x, self.lit(1)
+
+    def scale(self, x, s):
+        if self.scalar(x):
+            return self._scalar_op("s*", x, s)
+        y, t = self._unscaled(x)
+        s = self._scalar_op("s*", t, s)
+        return y if self.forms[s] == ("lit", 1.0) else self.make(("scale", y, s))
+
     def neg(self, a):
-        form = self.forms[a]
-        if form[0] == "negative":
-            return form[1]
-        if form[0] == "lit":
-            return self.lit(-form[1])
-        return self.make(("negative", a))
+        return self.scale(a, self.lit(-1))
 
     def mul(self, a, b):
-        for x, y in ((a, b), (b, a)):
-            if self.forms[x] == ("lit", 1.0):
-                return y
-            if self.forms[x] == ("lit", -1.0):
-                return self.neg(y)
-        return self.make(("multiply", a, b))
+        if self.scalar(a):
+            return self.scale(b, a)
+        if self.scalar(b):
+            return self.scale(a, b)
+        (x, s), (y, t) = self._unscaled(a), self._unscaled(b)
+        if x > y:
+            x, y = y, x
+        return self.scale(self.make(("multiply", x, y)), self._scalar_op("s*", s, t))
+
+    def add(self, a, b, sign=1.0):
+        """``a + b`` (``a - b`` for ``sign`` -1)."""
+        if self.scalar(a) and self.scalar(b):
+            return self._scalar_op("s+" if sign > 0 else "s-", a, b)
+        if self.scalar(b):
+            return self.shift(a, b if sign > 0 else self.neg(b))
+        if self.scalar(a):
+            return self.shift(self.scale(b, self.lit(sign)), a)
+        (x, s), (y, t) = self._unscaled(a), self._unscaled(b)
+        if sign < 0:
+            t = self._scalar_op("s*", t, self.lit(-1))
+        if s == t:
+            # (a common factor taken out: s x + s y = s (x + y))
+            return self.scale(self.make(("add",) + tuple(sorted((x, y)))), s)
+        if self.forms[s] == ("lit", 1.0) and self.forms[t] == ("lit", -1.0):
+            return self.make(("subtract", x, y))
+        if self.forms[s] == ("lit", -1.0) and self.forms[t] == ("lit", 1.0):
+            return self.make(("subtract", y, x))
+        if self.forms[t] == ("lit", -1.0):
+            return self.make(("subtract", self.scale(x, s), y))
+        return self.make(("add",) + tuple(sorted((self.scale(x, s), self.scale(y, t)))))
+
+    def shift(self, x, s):
+        if self.forms[s] == ("lit", 0.0):
+            return x
+        return self.make(("shift", x, s))
+
+    def div(self, a, b):
+        if self.scalar(b):
+            return self.scale(a, self._scalar_op("s/", self.lit(1), b))
+        if self.scalar(a):
+            y, t = self._unscaled(b)
+            return self.make(("rdivide", y, self._scalar_op("s/", a, t)))
+        (x, s), (y, t) = self._unscaled(a), self._unscaled(b)
+        return self.scale(self.make(("divide", x, y)), self._scalar_op("s/", s, t))
 
     def op(self, name, *args):
         return self.make((name,) + args)
@@ -285,7 +352,7 @@ class _Expressions:
 
     def compose(self, e, g, length):
         """Expression ``e`` read at rows ``g(j)``, ``j < length``."""
-        if g == (-1, 0, 1):
+        if g == (-1, 0, 1) or self.scalar(e):
             return e
         key = (e, g, length)
         done = self._composed.get(key)
@@ -293,16 +360,21 @@ class _Expressions:
             return done
         form = self.forms[e]
         kind = form[0]
-        if kind in ("lit", "param"):
-            done = e
-        elif kind == "leaf":
+        if kind == "leaf":
             done = self.make(("leaf", form[1], self.compose_map(form[2], g, length)))
-        elif kind == "power":
-            done = self.make(("power", self.compose(form[1], g, length), form[2]))
+        elif kind in _WITH_SCALAR:
+            done = self.make((kind, self.compose(form[1], g, length), form[2]))
         else:
             done = self.make((kind,) + tuple(self.compose(a, g, length) for a in form[1:]))
         self._composed[key] = done
         return done
+
+
+_SCALAR_OPS = {"s*": lambda a, b: a * b, "s/": lambda a, b: a / b,
+               "s+": lambda a, b: a + b, "s-": lambda a, b: a - b}
+_SCALAR_KINDS = frozenset(("lit", "param") + tuple(_SCALAR_OPS))
+# vector forms whose second field is a scalar (or a number: power's exponent)
+_WITH_SCALAR = frozenset(("scale", "shift", "rdivide", "power"))
 
 
 # ---------------------------------------------------------------- derivative rules
@@ -310,6 +382,10 @@ class _Expressions:
 def _operand(E, structure):
     kind, k = structure
     return E.leaf(k) if kind == "n" else E.make(("param", k))
+
+
+def _one(E):
+    return E.lit(1)
 
 
 def _binary(partials):
@@ -322,20 +398,19 @@ RULES = {
     "add": _binary(lambda E, z, a, b: (E.lit(1), E.lit(1))),
     "subtract": _binary(lambda E, z, a, b: (E.lit(1), E.lit(-1))),
     "multiply": _binary(lambda E, z, a, b: (b, a)),
-    "divide": _binary(lambda E, z, a, b: (E.op("divide", E.lit(1), b),
-                                          E.neg(E.op("divide", z, b)))),
+    "divide": _binary(lambda E, z, a, b: (E.div(_one(E), b), E.neg(E.div(z, b)))),
     "negative": lambda E, z, a: (E.lit(-1),),
     "positive": lambda E, z, a: (E.lit(1),),
     "exp": lambda E, z, a: (z,),
-    "expm1": lambda E, z, a: (E.op("add", z, E.lit(1)),),
-    "log": lambda E, z, a: (E.op("divide", E.lit(1), _operand(E, a)),),
-    "log1p": lambda E, z, a: (E.op("divide", E.lit(1), E.op("add", _operand(E, a), E.lit(1))),),
-    "sqrt": lambda E, z, a: (E.op("divide", E.lit(0.5), z),),
+    "expm1": lambda E, z, a: (E.add(z, _one(E)),),
+    "log": lambda E, z, a: (E.div(_one(E), _operand(E, a)),),
+    "log1p": lambda E, z, a: (E.div(_one(E), E.add(_operand(E, a), _one(E))),),
+    "sqrt": lambda E, z, a: (E.div(E.lit(0.5), z),),
     "sin": lambda E, z, a: (E.op("cos", _operand(E, a)),),
     "cos": lambda E, z, a: (E.neg(E.op("sin", _operand(E, a))),),
-    "tanh": lambda E, z, a: (E.op("subtract", E.lit(1), E.op("multiply", z, z)),),
+    "tanh": lambda E, z, a: (E.add(_one(E), E.mul(z, z), -1.0),),
     "square": lambda E, z, a: (E.mul(E.lit(2), _operand(E, a)),),
-    "reciprocal": lambda E, z, a: (E.neg(E.op("multiply", z, z)),),
+    "reciprocal": lambda E, z, a: (E.neg(E.mul(z, z)),),
 }
 RULES["true_divide"] = RULES["divide"]
 # (power: a structural exponent, see _power)
@@ -359,19 +434,22 @@ _BINARY_OPS = ("add", "subtract", "multiply", "divide")
 
 class Program:
     """What :func:`compile_tape` makes of a tape: the instructions of
-    ``run_program``, its leaves (``(node, array, start, step)``), literals,
+    ``run_program``, its leaves (``(node, array, start, step)``), the steps
+    of its scalars (from the call's, ``(op, a, b)`` or ``("lit", c, 0)``),
     stores, the pattern and the copies of the index arrays it was made with."""
 
-    __slots__ = ("instructions", "segments", "leaves", "arrays", "literals", "stores",
+    __slots__ = ("instructions", "segments", "leaves", "arrays", "scalar_steps", "owners", "adds",
                  "indptr", "indices", "shape", "index_copies", "nbytes", "needed")
 
     def run(self, tape):
         """The data of the Jacobian at the values of ``tape``."""
-        leaves = [(tape.values[node], None if array < 0 else self.arrays[array], start, step)
-                  for node, array, start, step in self.leaves]
-        params = np.array(tape.params + self.literals, dtype=np.float64)
+        leaves = [(tape.values[leaf[0]],) + leaf[1:] for leaf in self.leaves]
+        values = list(tape.params)
+        for op, a, b in self.scalar_steps:
+            values.append(a if op == "lit" else _SCALAR_OPS[op](values[a], values[b]))
+        params = np.array(values, dtype=np.float64)
         return _fast.run_program(self.instructions, self.segments, leaves, params,
-                                 self.stores, self.indptr)
+                                 self.owners, self.adds, self.indptr)
 
     def same_indexes(self, tape, same_index):
         """Whether ``tape`` gathered by arrays equal to the ones compiled in."""
@@ -407,7 +485,7 @@ def _combine(E, terms):
     combined = collections.OrderedDict()
     for a0, b0, cols, e in terms:
         key = (a0, b0, cols)
-        combined[key] = e if key not in combined else E.op("add", combined[key], e)
+        combined[key] = e if key not in combined else E.add(combined[key], e)
     return [key + (e,) for key, e in combined.items()]
 
 
@@ -495,10 +573,11 @@ def _segments(terms, m):
 
 
 def _children(form):
+    """The vector operands of a form (scalars are parameters of the program)."""
     kind = form[0]
-    if kind in ("lit", "param", "leaf"):
+    if kind in _SCALAR_KINDS or kind == "leaf":
         return ()
-    if kind == "power":
+    if kind in _WITH_SCALAR:
         return (form[1],)
     return form[1:]
 
@@ -548,15 +627,15 @@ def _emit(E, roots, leaf_slots, param_slots):
             for r in set(reads):
                 if last[r] == position:
                     free.append(buffer_of[r])
-            if kind == "lit":
-                instructions.append((ops["param"], d, param_slots(("lit", form[1])), 0))
-            elif kind == "param":
-                instructions.append((ops["param"], d, param_slots(("param", form[1])), 0))
+            if kind in _SCALAR_KINDS:
+                instructions.append((ops["param"], d, param_slots(item), 0))
             elif kind == "leaf":
                 instructions.append((ops["load"], d, leaf_slots((form[1],) + form[2]), 0))
             elif kind == "power":
                 instructions.append((ops["power"], d, read_buffers[0],
-                                     param_slots(("lit", form[2]))))
+                                     param_slots(E.lit(form[2]))))
+            elif kind in _WITH_SCALAR:
+                instructions.append((ops[kind], d, read_buffers[0], param_slots(form[2])))
             elif kind in _UNARY_OPS:
                 instructions.append((ops[kind], d, read_buffers[0], 0))
             else:
@@ -588,63 +667,108 @@ def compile_tape(tape, output):
     def param_slot(spec):
         return params.setdefault(spec, len(params))
 
-    pieces, instructions, segments = [], [], []
+    pieces, instructions, segments = [], [], []   # pieces: (columns, first row, segment)
     for start, stop, covering in _segments(terms, m):
         combined = collections.OrderedDict()
         for c, offset, e in covering:
             e = E.compose(e, (-1, offset, 1), stop - start)
             key = (c, offset)
-            combined[key] = e if key not in combined else E.op("add", combined[key], e)
+            combined[key] = e if key not in combined else E.add(combined[key], e)
         roots = []
-        for (c, offset), e in combined.items():
-            roots.append((e, len(pieces)))
-            pieces.append((cols.arrays[c][offset:offset + stop - start], start))
+        for slot, ((c, offset), e) in enumerate(combined.items()):
+            roots.append((e, slot))
+            pieces.append((cols.arrays[c][offset:offset + stop - start], start, len(segments)))
+        if len(roots) > _MAX_SLOTS:
+            raise Untraceable("more than %d terms in rows of the result" % _MAX_SLOTS)
         code, n_buffers = _emit(E, roots, leaf_slot, param_slot)
         segments.append((stop - start, len(instructions), len(instructions) + len(code),
-                         n_buffers, start))
+                         n_buffers, start, len(roots)))
         instructions.extend(code)
     kernels = _fast.kernels
-    index_dtype = _index_dtype(n, sum(len(c) for c, _ in pieces))
-    selection_terms = [(None, c, None, None, first) for c, first in pieces]
+    index_dtype = _index_dtype(n, sum(len(c) for c, _, _ in pieces))
+    selection_terms = [(None, c, None, None, first) for c, first, _ in pieces]
     indptr, indices, _ = kernels.merge_scaled(m, n, selection_terms, pattern_only=True,
                                               index_dtype=index_dtype)
     program = Program()
-    program.stores = [np.ascontiguousarray(codes) for codes in kernels.merge_plan(
-        indptr, indices, [(None, c, first) for c, first in pieces])]
+    program.owners, program.adds = _owners(
+        kernels.merge_plan(indptr, indices, [(None, c, first) for c, first, _ in pieces]),
+        pieces, segments, len(indices))
     program.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 4)
-    program.segments = np.array(segments, dtype=np.int64).reshape(-1, 5)
-    # (tape params first: params of a call are its scalars, then the literals)
-    n_params = len(tape.params)
-    slot_of = {}
-    literals = []
-    for spec, slot in params.items():
-        if spec[0] == "param":
-            slot_of[slot] = spec[1]
+    program.segments = np.array(segments, dtype=np.int64).reshape(-1, 6)
+    # (the params of a call: its scalars, then the scalar expressions' values)
+    steps, index_of = [], {}
+
+    def evaluate(e):
+        """Where the value of scalar ``e`` lands, its steps appended first."""
+        if e in index_of:
+            return index_of[e]
+        form = E.forms[e]
+        if form[0] == "param":
+            index_of[e] = form[1]
+            return form[1]
+        if form[0] == "lit":
+            steps.append(("lit", form[1], 0))
         else:
-            slot_of[slot] = n_params + len(literals)
-            literals.append(spec[1])
+            steps.append((form[0], evaluate(form[1]), evaluate(form[2])))
+        index_of[e] = len(tape.params) + len(steps) - 1
+        return index_of[e]
+
+    slot_of = {slot: evaluate(e) for e, slot in params.items()}
     if len(program.instructions):
         ins = program.instructions
-        is_param = ins[:, 0] == 1
-        ins[is_param, 2] = [slot_of[s] for s in ins[is_param, 2].tolist()]
-        is_power = ins[:, 0] == 13
-        ins[is_power, 3] = [slot_of[s] for s in ins[is_power, 3].tolist()]
-    program.literals = literals
+        for op, field in (("param", 2), ("power", 3), ("scale", 3), ("shift", 3),
+                          ("rdivide", 3)):
+            rows = ins[:, 0] == _fast.reference.PROGRAM_OPS.index(op)
+            ins[rows, field] = [slot_of[slot] for slot in ins[rows, field].tolist()]
+    program.scalar_steps = steps
     program.leaves = [None] * len(leaves)
+    runs = {}
     for (node, array, start, step), slot in leaves.items():
-        program.leaves[slot] = (node, array, start, step)
-    program.needed = frozenset(node for node, _, _, _ in program.leaves)
-    program.arrays = E.arrays
+        if array >= 0 and step == 1 and array not in runs:
+            runs[array] = kernels.index_runs(E.arrays[array])
+        program.leaves[slot] = (node, None if array < 0 else E.arrays[array], start, step,
+                                runs.get(array) if step == 1 else None)
+    program.needed = frozenset(leaf[0] for leaf in program.leaves)
+    program.arrays = E.arrays + [r for r in runs.values() if r is not None]
     program.indptr, program.indices = indptr, indices
     program.shape = (m, n)
     program.index_copies = [np.array(a, dtype=np.int64) for a in tape.indexes]
-    for array in (program.indptr, program.indices, program.instructions, program.segments,
-                  *program.stores, *program.arrays, *program.index_copies):
+    arrays = (program.indptr, program.indices, program.instructions, program.segments,
+              program.owners, program.adds, *program.arrays, *program.index_copies)
+    for array in arrays:
         array.flags.writeable = False
-    program.nbytes = sum(a.nbytes for a in (
-        program.indptr, program.indices, program.instructions, program.segments,
-        *program.stores, *program.arrays, *program.index_copies))
+    program.nbytes = sum(a.nbytes for a in arrays)
     return program
+
+
+#: the most terms a segment's rows may have (its slots: a place's owner is a uint16)
+_MAX_SLOTS = 65536
+
+
+def _owners(codes, pieces, segments, nnz):
+    """``(owners, adds)`` of ``run_program`` from the codes of ``merge_plan``:
+    the slot whose value each place takes first, and the later values added."""
+    owners = np.zeros(nnz, dtype=np.uint8 if max(
+        [s[5] for s in segments] + [1]) <= 256 else np.uint16)
+    owned = np.zeros(nnz, dtype=bool)
+    adds = []
+    slot_of = {}
+    for k, (c, first, segment) in enumerate(pieces):
+        slot_of[k] = slot_of.get(("next", segment), 0)
+        slot_of[("next", segment)] = slot_of[k] + 1
+        code = np.asarray(codes[k], dtype=np.int64)
+        stores = (code >= 0) & (code % 2 == 0)
+        owners[code[stores] >> 1] = slot_of[k]
+        owned[code[stores] >> 1] = True
+        later = np.flatnonzero((code >= 0) & (code % 2 == 1))
+        adds.append(np.stack([np.full(len(later), segment), later, np.full(len(later), slot_of[k]),
+                              code[later] >> 1], axis=1))
+    if not owned.all():
+        raise Untraceable("a merge plan that leaves places empty")
+    adds = np.concatenate(adds) if adds else np.zeros((0, 4), dtype=np.int64)
+    adds = np.ascontiguousarray(adds[np.lexsort((adds[:, 2], adds[:, 1], adds[:, 0]))],
+                                dtype=np.int64).reshape(-1, 4)
+    return owners, adds
 
 
 # ---------------------------------------------------------------- recorder

@@ -5,18 +5,18 @@ A program (made by :mod:`sparsegrad._trace`) computes the values of a Jacobian
 from the values of a recorded function's operations, block by block of rows:
 each instruction works on a buffer of ``BLOCK`` rows, so that the
 intermediate row factors of one block stay in the first-level cache and the
-result's data is written once, instead of each row factor being an array of
-its own that a later kernel reads back.  Contract, opcodes and checks: read
-the reference.  Everything an address is taken from is checked here before it
-is used: instructions and their buffers on entry, each load's positions and
-each store's code in the loops (a bad one stops the loop and is reported as
-ValueError), and the number of places stored at the end.
+result's data is written once, in order, instead of each row factor being an
+array of its own that a later kernel reads back.  Contract, opcodes and
+checks: read the reference.  Everything an address is taken from is checked
+here before it is used: instructions, segments and adds on entry, each load's
+positions (and each piece of a run) and each place's owner in the loops (a
+bad one stops the loop, and the reference then names it in a ValueError).
 """
 cimport cython
 cimport numpy as cnp
 from libc.math cimport cos, exp, log, pow, sin, sqrt, tanh
-from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 
 import numpy as np
@@ -44,7 +44,10 @@ cdef enum:
     OP_TANH = 12
     OP_POW = 13
     OP_STORE = 14
-    N_OPS = 15
+    OP_SCALE = 15
+    OP_SHIFT = 16
+    OP_RDIV = 17
+    N_OPS = 18
     BLOCK = 256               # rows of a buffer: 2 KiB, dozens of them in L1 and L2
     # buffers lie STRIDE doubles apart: 2 KiB apart, every other one would be
     # 4 KiB from the next, and stores to one would stall loads from the other
@@ -65,20 +68,27 @@ cdef extern from *:
        as for the baseline (GCC's target clones, chosen when the module is
        loaded: on x86-64 the baseline's SSE2 loops take 3-6 times as long as
        AVX2's; the results are the same, IEEE operations rounded alike) */
-    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \\
         && defined(__linux__) && __GNUC__ >= 6
     #define SG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
     #else
     #define SG_CLONES
     #endif
-    #define SG_BINARY(name, expr) \
-        SG_CLONES static void name(double* SG_RESTRICT d, const double* SG_RESTRICT a, \
-                                   const double* SG_RESTRICT b, long long n) { \
+    #define SG_BINARY(name, expr) \\
+        SG_CLONES static void name(double* SG_RESTRICT d, const double* SG_RESTRICT a, \\
+                                   const double* SG_RESTRICT b, long long n) { \\
+            for (long long j = 0; j < n; j++) d[j] = (expr); }
+    #define SG_BY_SCALAR(name, expr) \\
+        SG_CLONES static void name(double* SG_RESTRICT d, const double* SG_RESTRICT a, \\
+                                   double c, long long n) { \\
             for (long long j = 0; j < n; j++) d[j] = (expr); }
     SG_BINARY(sg_add, a[j] + b[j])
     SG_BINARY(sg_sub, a[j] - b[j])
     SG_BINARY(sg_mul, a[j] * b[j])
     SG_BINARY(sg_div, a[j] / b[j])
+    SG_BY_SCALAR(sg_scale, a[j] * c)
+    SG_BY_SCALAR(sg_shift, a[j] + c)
+    SG_BY_SCALAR(sg_rdiv, c / a[j])
     SG_CLONES static void sg_neg(double* SG_RESTRICT d, const double* SG_RESTRICT a, long long n) {
         for (long long j = 0; j < n; j++) d[j] = -a[j];
     }
@@ -90,6 +100,9 @@ cdef extern from *:
     void sg_sub(double* d, const double* a, const double* b, long long n) noexcept nogil
     void sg_mul(double* d, const double* a, const double* b, long long n) noexcept nogil
     void sg_div(double* d, const double* a, const double* b, long long n) noexcept nogil
+    void sg_scale(double* d, const double* a, double c, long long n) noexcept nogil
+    void sg_shift(double* d, const double* a, double c, long long n) noexcept nogil
+    void sg_rdiv(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_neg(double* d, const double* a, long long n) noexcept nogil
     void sg_fill(double* d, double c, long long n) noexcept nogil
 
@@ -99,7 +112,7 @@ cdef int64_t PARALLEL_ROWS = 1 << 15
 cdef enum:
     FAULT_NONE = 0
     FAULT_LOAD = 1
-    FAULT_STORE = 2
+    FAULT_PLACE = 2
     FAULT_MEMORY = 3
 
 
@@ -109,60 +122,85 @@ cdef struct Leaf:
     const int64_t* index      # NULL: the positions read the values directly
     int64_t n_index
     int64_t start, step       # row j reads position start + step * j
-
-
-cdef struct Store:
-    const void* codes
-    bint wide                 # int64 codes, else int32
-    int64_t n_codes
+    const int64_t* runs       # NULL, or where the index's runs start (index_runs)
+    int64_t n_runs            # (entries of runs: the runs and one)
 
 
 cdef struct Part:
     const int64_t* instructions
-    const int64_t* segments   # (rows, begin, end, buffers, first row)
+    const int64_t* segments   # (rows, begin, end, buffers, first row, slots)
     int64_t n_segments
     const Leaf* leaves
     const double* params
-    const Store* stores
-    double* out
-    int64_t nnz
+    const void* owners        # uint8 or uint16, one per place
+    bint wide_owners
+    const int64_t* adds       # (segment, row, slot, place), sorted
+    int64_t n_adds
     const void* indptr        # the result's, int32 or int64
     bint wide_indptr
-    int64_t n_rows
+    double* out
+    int64_t nnz
     int64_t part, n_parts
-    int64_t stored
     int fault
 
 
-cdef inline bint _positions_fit(const Leaf* leaf, int64_t j0, int64_t n, int64_t bound) noexcept nogil:
-    """Positions ``start + step * j`` of rows ``j0 .. j0 + n - 1`` inside ``[0, bound)``."""
-    cdef int64_t first = leaf.start + leaf.step * j0
-    cdef int64_t last = first + leaf.step * (n - 1)
+cdef inline bint _positions_fit(int64_t first, int64_t step, int64_t n, int64_t bound) noexcept nogil:
+    """Positions ``first + step * j``, ``j < n``, inside ``[0, bound)``."""
+    cdef int64_t last = first + step * (n - 1)
     return 0 <= first < bound and 0 <= last < bound
+
+
+cdef inline int64_t _run_of(const int64_t* runs, int64_t n_runs, int64_t p) noexcept nogil:
+    """The run holding position ``p``: the last ``r`` with ``runs[r] <= p``."""
+    cdef int64_t lo = 0, hi = n_runs - 1, mid
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if runs[mid] <= p:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _load(const Leaf* leaf, int64_t j0, int64_t n, double* dst) noexcept nogil:
     """Rows ``j0 .. j0 + n - 1`` of a leaf into ``dst``; FAULT_LOAD if one is outside."""
-    cdef int64_t j, p, q
+    cdef int64_t j, q, r, piece, first
+    cdef int64_t p = leaf.start + leaf.step * j0
     cdef const double* v = leaf.values
     cdef const int64_t* index = leaf.index
     cdef uint64_t bound = <uint64_t>leaf.n_values
     if index == NULL:
-        if not _positions_fit(leaf, j0, n, leaf.n_values):
+        if not _positions_fit(p, leaf.step, n, leaf.n_values):
             return FAULT_LOAD
-        p = leaf.start + leaf.step * j0
         if leaf.step == 1:
-            for j in range(n):
-                dst[j] = v[p + j]
+            memcpy(dst, v + p, n * sizeof(double))
         else:
             for j in range(n):
                 dst[j] = v[p + leaf.step * j]
         return FAULT_NONE
-    if not _positions_fit(leaf, j0, n, leaf.n_index):
+    if not _positions_fit(p, leaf.step, n, leaf.n_index):
         return FAULT_LOAD
-    p = leaf.start + leaf.step * j0
+    if leaf.runs != NULL and leaf.step == 1:
+        # (run by run: positions p .. of a run read consecutive values)
+        j = 0
+        r = _run_of(leaf.runs, leaf.n_runs, p)
+        while j < n:
+            if r + 1 >= leaf.n_runs:
+                return FAULT_LOAD
+            piece = leaf.runs[r + 1] - (p + j)
+            if piece > n - j:
+                piece = n - j
+            if piece <= 0:
+                return FAULT_LOAD
+            first = index[leaf.runs[r]] + (p + j - leaf.runs[r])
+            if first < 0 or first + piece > leaf.n_values:
+                return FAULT_LOAD
+            memcpy(dst + j, v + first, piece * sizeof(double))
+            j += piece
+            r += 1
+        return FAULT_NONE
     for j in range(n):
         q = index[p + leaf.step * j]
         if <uint64_t>q >= bound:
@@ -173,43 +211,11 @@ cdef int _load(const Leaf* leaf, int64_t j0, int64_t n, double* dst) noexcept no
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _store(const Store* store, int64_t j0, int64_t n, const double* src,
-                    double* stage, int64_t lo, int64_t hi) noexcept nogil:
-    """Values of rows ``j0 ..`` to the places of their codes (``2 p``: store,
-    ``2 p + 1``: add, ``-1``: none), places ``lo .. hi - 1`` (the block's)
-    staged at ``stage``: the number stored, or -1 for a bad code."""
-    cdef int64_t j, c, place, stored = 0
-    cdef uint64_t width = <uint64_t>(hi - lo)
-    cdef const int32_t* narrow = <const int32_t*>store.codes
-    cdef const int64_t* wide = <const int64_t*>store.codes
-    if j0 + n > store.n_codes:
-        return -1
-    for j in range(n):
-        c = wide[j0 + j] if store.wide else narrow[j0 + j]
-        if c < 0:
-            if c == -1:
-                continue
-            return -1
-        place = (c >> 1) - lo
-        if <uint64_t>place >= width:
-            return -1
-        if c & 1:
-            stage[place] = stage[place] + src[j]
-        else:
-            stage[place] = src[j]
-            stored += 1
-    return stored
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.cdivision(True)
 cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t n,
-                double* buffers, double* stage, int64_t lo, int64_t hi,
-                int64_t* stored) noexcept nogil:
+                double* buffers, double* slab) noexcept nogil:
     """Instructions ``first .. last - 1`` on rows ``j0 .. j0 + n - 1`` of a
-    segment, whose places ``lo .. hi - 1`` are staged at ``stage``."""
-    cdef int64_t i, j, op, got
+    segment; stores to ``slab``."""
+    cdef int64_t i, j, op
     cdef double* d
     cdef const double* a
     cdef const double* b
@@ -224,16 +230,24 @@ cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t 
         if op == OP_LOAD:
             if _load(&p.leaves[ins[2]], j0, n, d) != FAULT_NONE:
                 return FAULT_LOAD
-        elif op == OP_PARAM:
-            sg_fill(d, p.params[ins[2]], n)
+        elif op == OP_MUL:
+            sg_mul(d, a, b, n)
+        elif op == OP_SCALE:
+            sg_scale(d, a, p.params[ins[3]], n)
         elif op == OP_ADD:
             sg_add(d, a, b, n)
         elif op == OP_SUB:
             sg_sub(d, a, b, n)
-        elif op == OP_MUL:
-            sg_mul(d, a, b, n)
+        elif op == OP_STORE:
+            memcpy(slab + ins[3] * STRIDE, a, n * sizeof(double))
         elif op == OP_DIV:
             sg_div(d, a, b, n)
+        elif op == OP_SHIFT:
+            sg_shift(d, a, p.params[ins[3]], n)
+        elif op == OP_RDIV:
+            sg_rdiv(d, a, p.params[ins[3]], n)
+        elif op == OP_PARAM:
+            sg_fill(d, p.params[ins[2]], n)
         elif op == OP_NEG:
             sg_neg(d, a, n)
         elif op == OP_EXP:
@@ -254,15 +268,10 @@ cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t 
         elif op == OP_TANH:
             for j in range(n):
                 d[j] = tanh(a[j])
-        elif op == OP_POW:
+        else:  # OP_POW (checked on entry)
             c = p.params[ins[3]]
             for j in range(n):
                 d[j] = pow(a[j], c)
-        else:  # OP_STORE (checked on entry)
-            got = _store(&p.stores[ins[3]], j0, n, a, stage, lo, hi)
-            if got < 0:
-                return FAULT_STORE
-            stored[0] += got
     return FAULT_NONE
 
 
@@ -272,52 +281,89 @@ cdef inline int64_t _place(const Part* p, int64_t row) noexcept nogil:
     return (<const int32_t*>p.indptr)[row]
 
 
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int _places(const Part* p, int64_t first_row, int64_t j0, int64_t n, int64_t slots,
+                 const double* slab) noexcept nogil:
+    """The places of rows ``j0 .. j0 + n - 1`` of a segment, in order, each
+    from the slab of its owner."""
+    cdef int64_t jj, k, lo, hi, owner
+    cdef double* out = p.out
+    cdef const uint8_t* narrow = <const uint8_t*>p.owners
+    cdef const uint16_t* wide = <const uint16_t*>p.owners
+    hi = _place(p, first_row + j0)
+    for jj in range(n):
+        lo = hi
+        hi = _place(p, first_row + j0 + jj + 1)
+        if lo < 0 or hi < lo or hi > p.nnz:
+            return FAULT_PLACE
+        for k in range(lo, hi):
+            owner = wide[k] if p.wide_owners else narrow[k]
+            if owner >= slots:
+                return FAULT_PLACE
+            out[k] = slab[owner * STRIDE + jj]
+    return FAULT_NONE
+
+
+cdef int64_t _first_add(const Part* p, int64_t s, int64_t j0) noexcept nogil:
+    """The first add of segment ``s`` at a row ``>= j0`` (adds are sorted)."""
+    cdef int64_t lo = 0, hi = p.n_adds, mid
+    cdef const int64_t* a
+    while lo < hi:
+        mid = (lo + hi) // 2
+        a = p.adds + 4 * mid
+        if a[0] < s or (a[0] == s and a[1] < j0):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 cdef void _run_part(void* arg) noexcept nogil:
     """Rows ``[L q / Q, L (q + 1) / Q)`` of every segment (``L`` rows) for part
-    ``q`` of ``Q``, a block at a time: the block's stores land in a staging
-    buffer (cache-resident, so that a store scattered over the block's places
-    does not wait for the result's memory), copied in order to the result."""
+    ``q`` of ``Q``, a block at a time: the block's roots go to a slab, one
+    buffer per store, and the block's places are written in order from it
+    (the result's memory written once, front to back), then its adds."""
     cdef Part* p = <Part*>arg
-    cdef int64_t s, rows, begin, end, first_row, j0, j1, b0, n, lo, hi, most = 1
-    cdef int64_t staged = 0
+    cdef int64_t s, rows, begin, end, first_row, slots, j0, j1, b0, n, k
+    cdef int64_t most_buffers = 1, most_slots = 1
     cdef const int64_t* seg
-    cdef double* stage = NULL
-    cdef double* grown
+    cdef const int64_t* a
     for s in range(p.n_segments):
-        if p.segments[5 * s + 3] > most:
-            most = p.segments[5 * s + 3]
-    cdef double* buffers = <double*>malloc(most * STRIDE * sizeof(double))
-    if buffers == NULL:
+        seg = p.segments + 6 * s
+        most_buffers = seg[3] if seg[3] > most_buffers else most_buffers
+        most_slots = seg[5] if seg[5] > most_slots else most_slots
+    cdef double* buffers = <double*>malloc(most_buffers * STRIDE * sizeof(double))
+    cdef double* slab = <double*>malloc(most_slots * STRIDE * sizeof(double))
+    if buffers == NULL or slab == NULL:
+        free(buffers)
+        free(slab)
         p.fault = FAULT_MEMORY
         return
     for s in range(p.n_segments):
-        seg = p.segments + 5 * s
-        rows, begin, end, first_row = seg[0], seg[1], seg[2], seg[4]
+        seg = p.segments + 6 * s
+        rows, begin, end, first_row, slots = seg[0], seg[1], seg[2], seg[4], seg[5]
         j0 = rows * p.part // p.n_parts
         j1 = rows * (p.part + 1) // p.n_parts
+        k = _first_add(p, s, j0)
         b0 = j0
-        while b0 < j1:
+        while b0 < j1 and p.fault == FAULT_NONE:
             n = BLOCK if j1 - b0 > BLOCK else j1 - b0
-            lo = _place(p, first_row + b0)
-            hi = _place(p, first_row + b0 + n)
-            if not 0 <= lo <= hi <= p.nnz:
-                p.fault = FAULT_STORE
-                break
-            if hi - lo > staged:
-                grown = <double*>realloc(stage, (hi - lo) * sizeof(double))
-                if grown == NULL:
-                    p.fault = FAULT_MEMORY
+            p.fault = _block(p, begin, end, b0, n, buffers, slab)
+            if p.fault == FAULT_NONE:
+                p.fault = _places(p, first_row, b0, n, slots, slab)
+            # (then the block's adds, in the order of their slots)
+            while p.fault == FAULT_NONE and k < p.n_adds:
+                a = p.adds + 4 * k
+                if a[0] != s or a[1] >= b0 + n:
                     break
-                stage, staged = grown, hi - lo
-            p.fault = _block(p, begin, end, b0, n, buffers, stage, lo, hi, &p.stored)
-            if p.fault != FAULT_NONE:
-                break
-            memcpy(p.out + lo, stage, (hi - lo) * sizeof(double))
+                p.out[a[3]] = p.out[a[3]] + slab[a[2] * STRIDE + a[1] - b0]
+                k += 1
             b0 += n
         if p.fault != FAULT_NONE:
             break
     free(buffers)
-    free(stage)
+    free(slab)
 
 
 cdef class _Runner:
@@ -332,58 +378,93 @@ cdef class _Runner:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef bint _valid(const int64_t* instructions, int64_t n_instructions, const int64_t* segments,
-                 int64_t n_segments, int64_t n_leaves, int64_t n_params,
-                 int64_t n_stores, int64_t n_rows) noexcept nogil:
-    """The checks of the reference's ``_check_program``: every field in its
-    bounds, every buffer read after its segment wrote it."""
-    cdef int64_t s, i, op, rows, begin, end, n_buffers, first_row, d, a, b
+                 int64_t n_segments, int64_t n_leaves, int64_t n_params, const int64_t* adds,
+                 int64_t n_adds, const void* indptr, bint wide_indptr,
+                 int64_t n_rows) noexcept nogil:
+    """The checks of the reference's ``_check_program`` and of the adds: every
+    field in its bounds, every buffer read after its segment wrote it and by
+    another instruction, every slot stored; adds sorted, each at a place of
+    its row."""
+    cdef int64_t s, i, op, rows, begin, end, n_buffers, first_row, slots, d, a, b, row, place
     cdef int64_t* written = NULL    # (the instruction of a segment that last wrote each buffer)
+    cdef int64_t* stored = NULL     # (the instruction that stored each slot)
     cdef bint ok = True
-    cdef int64_t most = 1
+    cdef int64_t most_buffers = 1, most_slots = 1
+    cdef const int64_t* add
+    cdef const int64_t* previous
     for s in range(n_segments):
-        if segments[5 * s + 3] > most:
-            most = segments[5 * s + 3]
-    written = <int64_t*>malloc(most * sizeof(int64_t))
-    if written == NULL:
+        if segments[6 * s + 3] > most_buffers:
+            most_buffers = segments[6 * s + 3]
+        if segments[6 * s + 5] > most_slots:
+            most_slots = segments[6 * s + 5]
+    written = <int64_t*>malloc(most_buffers * sizeof(int64_t))
+    stored = <int64_t*>malloc(most_slots * sizeof(int64_t))
+    if written == NULL or stored == NULL:
+        free(written)
+        free(stored)
         return False
     for s in range(n_segments):
-        rows, begin, end, n_buffers, first_row = (
-            segments[5 * s], segments[5 * s + 1], segments[5 * s + 2], segments[5 * s + 3],
-            segments[5 * s + 4])
+        rows, begin, end, n_buffers, first_row, slots = (
+            segments[6 * s], segments[6 * s + 1], segments[6 * s + 2], segments[6 * s + 3],
+            segments[6 * s + 4], segments[6 * s + 5])
         if (rows < 0 or begin < 0 or begin > end or end > n_instructions or n_buffers < 1
-                or first_row < 0 or first_row > n_rows - rows):
+                or first_row < 0 or first_row > n_rows - rows or slots < 0
+                or slots > 65536):
             ok = False
             break
         for i in range(n_buffers):
             written[i] = -1
+        for i in range(slots):
+            stored[i] = -1
         for i in range(begin, end):
             op, d, a, b = (instructions[4 * i], instructions[4 * i + 1],
                            instructions[4 * i + 2], instructions[4 * i + 3])
             if op == OP_STORE:
-                ok = d == 0 and 0 <= a < n_buffers and written[a] >= 0 and 0 <= b < n_stores
+                ok = (d == 0 and 0 <= a < n_buffers and written[a] >= 0 and 0 <= b < slots
+                      and stored[b] < 0)
+                if ok:
+                    stored[b] = i
             elif op < 0 or op >= N_OPS or not 0 <= d < n_buffers:
                 ok = False
             elif op == OP_LOAD:
                 ok = 0 <= a < n_leaves and b == 0
             elif op == OP_PARAM:
                 ok = 0 <= a < n_params and b == 0
-            elif op == OP_POW:
-                ok = 0 <= a < n_buffers and written[a] >= 0 and 0 <= b < n_params
+            elif op == OP_POW or op == OP_SCALE or op == OP_SHIFT or op == OP_RDIV:
+                ok = 0 <= a < n_buffers and written[a] >= 0 and 0 <= b < n_params and d != a
             elif op == OP_ADD or op == OP_SUB or op == OP_MUL or op == OP_DIV:
                 ok = (0 <= a < n_buffers and written[a] >= 0
-                      and 0 <= b < n_buffers and written[b] >= 0)
+                      and 0 <= b < n_buffers and written[b] >= 0 and d != a and d != b)
             else:
-                ok = 0 <= a < n_buffers and written[a] >= 0 and b == 0
-            if ok and op != OP_STORE and op != OP_LOAD and op != OP_PARAM:
-                # (the loops are compiled for results apart from their operands)
-                ok = d != a and (d != b or op == OP_POW or op == OP_NEG or op > OP_DIV)
+                ok = 0 <= a < n_buffers and written[a] >= 0 and b == 0 and d != a
             if not ok:
                 break
             if op != OP_STORE:
                 written[d] = i
+        for i in range(slots):
+            if stored[i] < 0:
+                ok = False
         if not ok:
             break
     free(written)
+    free(stored)
+    previous = NULL
+    for i in range(n_adds if ok else 0):
+        add = adds + 4 * i
+        s, row, b, place = add[0], add[1], add[2], add[3]
+        if not (0 <= s < n_segments and 0 <= row < segments[6 * s] and 0 <= b < segments[6 * s + 5]):
+            return False
+        row = row + segments[6 * s + 4]
+        if wide_indptr:
+            ok = (<const int64_t*>indptr)[row] <= place < (<const int64_t*>indptr)[row + 1]
+        else:
+            ok = (<const int32_t*>indptr)[row] <= place < (<const int32_t*>indptr)[row + 1]
+        if not ok:
+            return False
+        if previous != NULL and (previous[0] > s or (previous[0] == s and (
+                previous[1] > add[1] or (previous[1] == add[1] and previous[2] >= b)))):
+            return False
+        previous = add
     return ok
 
 
@@ -401,46 +482,66 @@ cdef bint _table(object a, int width):
             and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>a) and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a))
 
 
-def run_program(instructions, segments, leaves, params, stores, indptr):
+cdef bint _leaf_ok(object leaf):
+    if len(leaf) != 5:
+        return False
+    values, index, start, step, runs = leaf
+    return (_vector(values, cnp.NPY_FLOAT64) and (index is None or _vector(index, cnp.NPY_INT64))
+            and (runs is None or (index is not None and _vector(runs, cnp.NPY_INT64)
+                                  and runs.shape[0] >= 2))
+            and type(start) is int and type(step) is int)
+
+
+def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     """The data of a Jacobian by a program of :mod:`sparsegrad._trace`.
 
     Contract of :func:`sparsegrad._fast._reference.run_program`; arrays of
-    other dtypes or layouts than the compiled loops read go to the reference.
+    other dtypes or layouts than the compiled loops read go to the reference,
+    and so does a program that fails a check (the reference names it).
     """
-    leaves, stores = list(leaves), list(stores)
+    leaves = list(leaves)
     if not (_vector(params, cnp.NPY_FLOAT64)
             and (_vector(indptr, cnp.NPY_INT32) or _vector(indptr, cnp.NPY_INT64))
             and indptr.shape[0] >= 1
-            and all(_vector(v, cnp.NPY_FLOAT64) and (i is None or _vector(i, cnp.NPY_INT64))
-                    for v, i, _, _ in leaves)
-            and all(_vector(c, cnp.NPY_INT32) or _vector(c, cnp.NPY_INT64) for c in stores)):
-        return _reference.run_program(instructions, segments, leaves, params, stores, indptr)
+            and (_vector(owners, cnp.NPY_UINT8) or _vector(owners, cnp.NPY_UINT16))
+            and _table(instructions, 4) and _table(segments, 6) and _table(adds, 4)
+            and all(_leaf_ok(leaf) for leaf in leaves)):
+        return _reference.run_program(instructions, segments, leaves, params, owners, adds,
+                                      indptr)
     cdef int64_t n_rows = indptr.shape[0] - 1
     cdef int64_t nnz = int(indptr[n_rows])
-    if not (_table(instructions, 4) and _table(segments, 5) and nnz >= 0
+    cdef bint wide_indptr = cnp.PyArray_TYPE(<cnp.ndarray>indptr) == cnp.NPY_INT64
+    if not (nnz >= 0 and owners.shape[0] == nnz and int(indptr[0]) == 0
             and _valid(<const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>instructions),
                        instructions.shape[0],
-                       <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>segments), segments.shape[0],
-                       len(leaves), params.shape[0], len(stores), n_rows)):
-        # (the reference converts what it can and names what is wrong)
-        return _reference.run_program(instructions, segments, leaves, params, stores, indptr)
+                       <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>segments),
+                       segments.shape[0], len(leaves), params.shape[0],
+                       <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>adds), adds.shape[0],
+                       cnp.PyArray_DATA(<cnp.ndarray>indptr), wide_indptr, n_rows)):
+        return _reference.run_program(instructions, segments, leaves, params, owners, adds,
+                                      indptr)
     cdef int64_t n_segments = segments.shape[0]
     cdef int64_t rows = int(segments[:, 0].sum())
-    cdef Py_ssize_t k, n_leaves = len(leaves), n_stores = len(stores), n_parts = 1, q
+    cdef Py_ssize_t k, n_leaves = len(leaves), n_parts = 1, q
     if get_threads() > 1 and rows >= 2 * PARALLEL_ROWS:
         n_parts = min(get_threads(), rows // PARALLEL_ROWS)
+    # (rows of no segment hold no places: the places of the segments' rows,
+    # which do not overlap, are every place when they are nnz in all)
+    spans = sorted((first, m) for m, first in segments[:, [0, 4]].tolist())
+    covered = sum(int(indptr[first + m]) - int(indptr[first]) for first, m in spans)
+    if covered != nnz or any(a[0] + a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        return _reference.run_program(instructions, segments, leaves, params, owners, adds,
+                                      indptr)
     out = np.empty(nnz, dtype=np.float64)
     cdef Leaf* ls = <Leaf*>calloc(n_leaves if n_leaves else 1, sizeof(Leaf))
-    cdef Store* ss = <Store*>calloc(n_stores if n_stores else 1, sizeof(Store))
     cdef Part* parts = <Part*>calloc(n_parts, sizeof(Part))
     cdef _Runner runner
-    cdef int64_t stored = 0
     cdef int fault = FAULT_NONE
     try:
-        if ls == NULL or ss == NULL or parts == NULL:
+        if ls == NULL or parts == NULL:
             raise MemoryError()
         for k in range(n_leaves):
-            values, index, start, step = leaves[k]
+            values, index, start, step, runs = leaves[k]
             ls[k].values = <const double*>cnp.PyArray_DATA(<cnp.ndarray>values)
             ls[k].n_values = values.shape[0]
             ls[k].index = NULL if index is None else <const int64_t*>cnp.PyArray_DATA(
@@ -448,10 +549,9 @@ def run_program(instructions, segments, leaves, params, stores, indptr):
             ls[k].n_index = 0 if index is None else index.shape[0]
             ls[k].start = start
             ls[k].step = step
-        for k in range(n_stores):
-            ss[k].codes = cnp.PyArray_DATA(<cnp.ndarray>stores[k])
-            ss[k].wide = cnp.PyArray_TYPE(<cnp.ndarray>stores[k]) == cnp.NPY_INT64
-            ss[k].n_codes = stores[k].shape[0]
+            ls[k].runs = NULL if runs is None else <const int64_t*>cnp.PyArray_DATA(
+                <cnp.ndarray>runs)
+            ls[k].n_runs = 0 if runs is None else runs.shape[0]
         runners = []
         for q in range(n_parts):
             parts[q].instructions = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>instructions)
@@ -459,12 +559,14 @@ def run_program(instructions, segments, leaves, params, stores, indptr):
             parts[q].n_segments = n_segments
             parts[q].leaves = ls
             parts[q].params = <const double*>cnp.PyArray_DATA(<cnp.ndarray>params)
-            parts[q].stores = ss
+            parts[q].owners = cnp.PyArray_DATA(<cnp.ndarray>owners)
+            parts[q].wide_owners = cnp.PyArray_TYPE(<cnp.ndarray>owners) == cnp.NPY_UINT16
+            parts[q].adds = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>adds)
+            parts[q].n_adds = adds.shape[0]
+            parts[q].indptr = cnp.PyArray_DATA(<cnp.ndarray>indptr)
+            parts[q].wide_indptr = wide_indptr
             parts[q].out = <double*>cnp.PyArray_DATA(<cnp.ndarray>out)
             parts[q].nnz = nnz
-            parts[q].indptr = cnp.PyArray_DATA(<cnp.ndarray>indptr)
-            parts[q].wide_indptr = cnp.PyArray_TYPE(<cnp.ndarray>indptr) == cnp.NPY_INT64
-            parts[q].n_rows = n_rows
             parts[q].part = q
             parts[q].n_parts = n_parts
             runner = _Runner()
@@ -474,17 +576,14 @@ def run_program(instructions, segments, leaves, params, stores, indptr):
         for q in range(n_parts):
             if parts[q].fault != FAULT_NONE and fault == FAULT_NONE:
                 fault = parts[q].fault
-            stored += parts[q].stored
     finally:
         # (the parts' threads are done: _run_in_threads waited for them)
         free(ls)
-        free(ss)
         free(parts)
     if fault == FAULT_MEMORY:
         raise MemoryError()
     if fault != FAULT_NONE:
         # (the reference names what is wrong)
-        return _reference.run_program(instructions, segments, leaves, params, stores, indptr)
-    if stored != nnz:
-        raise ValueError("run_program: the stores fill %d of %d places" % (stored, nnz))
+        return _reference.run_program(instructions, segments, leaves, params, owners, adds,
+                                      indptr)
     return out

@@ -861,75 +861,106 @@ def selection_csr(columns):
 
 #: the opcodes of :func:`run_program`, in their numbers' order
 PROGRAM_OPS = ("load", "param", "add", "subtract", "multiply", "divide", "negative",
-               "exp", "log", "sqrt", "sin", "cos", "tanh", "power", "store")
+               "exp", "log", "sqrt", "sin", "cos", "tanh", "power", "store",
+               "scale", "shift", "rdivide")
 _OP = {name: number for number, name in enumerate(PROGRAM_OPS)}
 _BINARY = {_OP["add"]: np.add, _OP["subtract"]: np.subtract, _OP["multiply"]: np.multiply,
            _OP["divide"]: np.divide}
 _UNARY = {_OP["negative"]: np.negative, _OP["exp"]: np.exp, _OP["log"]: np.log,
           _OP["sqrt"]: np.sqrt, _OP["sin"]: np.sin, _OP["cos"]: np.cos, _OP["tanh"]: np.tanh}
+# d = f(a, params[b])
+_BY_PARAM = {_OP["power"]: np.power, _OP["scale"]: np.multiply, _OP["shift"]: np.add,
+             _OP["rdivide"]: lambda a, c: np.divide(c, a)}
 
 
-def _check_program(instructions, segments, n_leaves, n_params, n_stores, n_rows):
+def _check_program(instructions, segments, n_leaves, n_params, n_rows):
     """``instructions, segments`` as int64 arrays, after checking every field
     that addresses something (ValueError naming the first bad instruction)."""
     instructions = np.asarray(instructions)
     segments = np.asarray(segments)
-    for name, a, width in (("instructions", instructions, 4), ("segments", segments, 5)):
+    for name, a, width in (("instructions", instructions, 4), ("segments", segments, 6)):
         if a.ndim != 2 or a.shape[1] != width or (a.size and a.dtype.kind not in "iu"):
             raise ValueError("run_program: %s must be an integer array of shape (n, %d), "
                              "got %s %s" % (name, width, a.dtype, a.shape))
     instructions = np.ascontiguousarray(instructions, dtype=INDEX_DTYPE)
     segments = np.ascontiguousarray(segments, dtype=INDEX_DTYPE)
-    bounds = {"leaf": n_leaves, "param": n_params, "store": n_stores}
+    bounds = {"leaf": n_leaves, "param": n_params}
     # fields 1-3 of each opcode: a buffer written, buffers read, or an index of
-    # a table (leaves, params, stores); None: unused (must be 0)
+    # a table (leaves, params, the segment's slots); None: unused (must be 0)
     layout = {_OP["load"]: ("write", "leaf", None), _OP["param"]: ("write", "param", None),
-              _OP["power"]: ("write", "read", "param"), _OP["store"]: (None, "read", "store")}
+              _OP["store"]: (None, "read", "slot")}
+    for op in _BY_PARAM:
+        layout[op] = ("write", "read", "param")
     for op in _BINARY:
         layout[op] = ("write", "read", "read")
     for op in _UNARY:
         layout[op] = ("write", "read", None)
     n_instructions = len(instructions)
-    for s, (rows, begin, end, n_buffers, first_row) in enumerate(segments.tolist()):
+    spans = []
+    for s, (rows, begin, end, n_buffers, first_row, slots) in enumerate(segments.tolist()):
         if (rows < 0 or not 0 <= begin <= end <= n_instructions or n_buffers < 1
-                or not 0 <= first_row <= n_rows - rows):
+                or not 0 <= first_row <= n_rows - rows or not 0 <= slots <= 65536):
             raise ValueError("run_program: segment %d (%d rows from row %d, instructions "
-                             "%d..%d, %d buffers) does not fit %d instructions and %d rows"
-                             % (s, rows, first_row, begin, end, n_buffers, n_instructions,
-                                n_rows))
-        written = set()
+                             "%d..%d, %d buffers, %d slots) does not fit %d instructions and "
+                             "%d rows" % (s, rows, first_row, begin, end, n_buffers, slots,
+                                          n_instructions, n_rows))
+        spans.append((first_row, rows))
+        bounds["slot"] = slots
+        written, stored = set(), set()
         for i in range(begin, end):
             op, *fields = instructions[i].tolist()
             if op not in layout:
                 raise ValueError("run_program: instruction %d has no opcode %d" % (i, op))
+            reads = [f for kind, f in zip(layout[op], fields) if kind == "read"]
             for kind, field in zip(layout[op], fields):
                 if kind is None:
                     ok = field == 0
                 elif kind == "write":
-                    ok = 0 <= field < n_buffers
+                    ok = 0 <= field < n_buffers and field not in reads
                 elif kind == "read":
                     ok = field in written
+                elif kind == "slot":
+                    ok = 0 <= field < slots and field not in stored
+                    stored.add(field)
                 else:
                     ok = 0 <= field < bounds[kind]
                 if not ok:
                     raise ValueError("run_program: instruction %d (%s %s) of segment %d: "
                                      "bad field %d" % (i, PROGRAM_OPS[op], fields, s, field))
-            if layout[op][0] == "write" and "read" in layout[op] and fields[0] in [
-                    f for kind, f in zip(layout[op], fields) if kind == "read"]:
-                raise ValueError("run_program: instruction %d (%s %s) of segment %d writes "
-                                 "the buffer it reads" % (i, PROGRAM_OPS[op], fields, s))
             if layout[op][0] == "write":
                 written.add(fields[0])
+        if len(stored) != slots:
+            raise ValueError("run_program: segment %d stores %d of its %d slots"
+                             % (s, len(stored), slots))
+    spans.sort()
+    if any(a[0] + a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        raise ValueError("run_program: segments overlap")
     return instructions, segments
 
 
-def run_program(instructions, segments, leaves, params, stores, indptr):
+def _load(values, index, start, step, runs, rows, name):
+    """Rows ``0 .. rows - 1`` of a leaf (its runs checked against its index)."""
+    positions = start + step * np.arange(rows, dtype=INDEX_DTYPE)
+    for kind, array in (("index", index), ("values", values)):
+        if array is None:
+            continue
+        if rows and not (0 <= positions.min() and positions.max() < len(array)):
+            raise ValueError("run_program: %s reads outside its %s" % (name, kind))
+        if kind == "index":
+            index = np.asarray(index, dtype=INDEX_DTYPE)
+            _check_runs("run_program " + name, index, None if runs is None
+                        else np.asarray(runs, dtype=INDEX_DTYPE))
+            positions = index[positions]
+    return np.asarray(values, dtype=np.float64)[positions]
+
+
+def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     """The data of a Jacobian by a program of :mod:`sparsegrad._trace`.
 
     A program computes, for every row of each of its segments, values from
-    gathered values and stores them at the places of the result's data that
-    codes of :func:`merge_plan` name (a CSR matrix's data, the pattern
-    ``indptr`` given).
+    gathered values (its roots, one per slot of the segment); each place of
+    the result's data (a CSR matrix's, of the pattern ``indptr``) takes the
+    value of one slot at its row, and some add the values of others.
 
     Parameters
     ----------
@@ -938,24 +969,30 @@ def run_program(instructions, segments, leaves, params, stores, indptr):
         ``load`` -- buffer ``d`` = leaf ``a``; ``param`` -- buffer ``d`` =
         ``params[a]``; ``add``, ``subtract``, ``multiply``, ``divide`` --
         ``d = a op b`` of buffers; ``negative``, ``exp``, ``log``, ``sqrt``,
-        ``sin``, ``cos``, ``tanh`` -- ``d = f(a)``; ``power`` -- ``d = a **
-        params[b]``; ``store`` -- buffer ``a`` to the places of ``stores[b]``.
+        ``sin``, ``cos``, ``tanh`` -- ``d = f(a)``; ``power``, ``scale``,
+        ``shift``, ``rdivide`` -- ``d = a ** c``, ``a * c``, ``a + c``, ``c /
+        a`` for ``c = params[b]``; ``store`` -- buffer ``a`` is slot ``b``.
         Unused fields are 0.  A buffer is read only after an instruction of
-        its segment wrote it, and never by the instruction writing it.
-    segments : int array of shape (m, 5)
-        ``(rows, begin, end, buffers, first)``: instructions ``begin .. end -
-        1`` run on rows ``0 .. rows - 1`` of the segment, which are rows
-        ``first ..`` of the result, with buffers ``0 .. buffers - 1``.
-    leaves : sequence of (values, index, start, step)
+        its segment wrote it, and never by the instruction writing it; every
+        slot of a segment is stored once.
+    segments : int array of shape (m, 6)
+        ``(rows, begin, end, buffers, first, slots)``: instructions ``begin
+        .. end - 1`` run on rows ``0 .. rows - 1`` of the segment, which are
+        rows ``first ..`` of the result, with buffers ``0 .. buffers - 1``,
+        and store slots ``0 .. slots - 1``.  Segments do not overlap, and
+        the places of their rows are all the places.
+    leaves : sequence of (values, index, start, step, runs)
         Row ``j`` of a leaf is ``values[index[start + step * j]]``, or
         ``values[start + step * j]`` for ``index`` None (float64 values, int64
-        index).
+        index); ``runs`` None or :func:`index_runs` of ``index`` (the compiled
+        loop then copies run by run).
     params : float64 array
-    stores : sequence of int arrays
-        Codes of :func:`merge_plan`, one per row of the segment that stores
-        them: ``2 p`` stores at place ``p``, ``2 p + 1`` adds there, ``-1``
-        stores nothing.  A place is one of the segment's rows' (the compiled
-        loop checks it against the places of its block of rows).
+    owners : uint8 or uint16 array, one per place
+        The slot of the place's segment whose value the place takes.
+    adds : int array of shape (k, 4)
+        ``(segment, row, slot, place)``: the slot's value at that row of the
+        segment is added to the place (one of the row's), after its owner's;
+        sorted by segment, row and slot.
     indptr : int32 or int64 array
         The result's rows: row ``r`` holds places ``indptr[r] .. indptr[r +
         1] - 1`` of its data.
@@ -963,71 +1000,70 @@ def run_program(instructions, segments, leaves, params, stores, indptr):
     Returns
     -------
     float64 array of ``indptr[-1]`` places
-        As many stores as places (each place is trusted to be stored once,
-        its adds after), else ValueError, as for a leaf or a code outside its
-        bounds.
 
     Examples
     --------
     >>> ops = {name: number for number, name in enumerate(PROGRAM_OPS)}
     >>> instructions = [(ops["load"], 0, 0, 0), (ops["exp"], 1, 0, 0),
     ...                 (ops["store"], 0, 1, 0)]
-    >>> leaves = [(np.array([0.0, 1.0]), None, 1, -1)]      # rows read 1, 0
-    >>> run_program(instructions, [(2, 0, 3, 2, 0)], leaves, np.zeros(0),
-    ...             [np.array([2, 0], dtype=np.int32)], np.array([0, 1, 2]))
-    array([1.        , 2.71828183])
+    >>> leaves = [(np.array([0.0, 1.0]), None, 1, -1, None)]      # rows read 1, 0
+    >>> run_program(instructions, [(2, 0, 3, 2, 0, 1)], leaves, np.zeros(0),
+    ...             np.zeros(2, np.uint8), np.zeros((0, 4), int), np.array([0, 1, 2]))
+    array([2.71828183, 1.        ])
     """
-    leaves, stores = list(leaves), list(stores)
+    leaves = list(leaves)
     params = np.asarray(params, dtype=np.float64)
     indptr = _as_index(np, indptr, "run_program indptr")
-    if indptr.ndim != 1 or len(indptr) < 1 or (len(indptr) > 1 and (
-            indptr[0] < 0 or (np.diff(indptr) < 0).any())):
+    if indptr.ndim != 1 or len(indptr) < 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any():
         raise ValueError("run_program: indptr must be a non-decreasing vector from 0 on")
     nnz = int(indptr[-1])
     instructions, segments = _check_program(instructions, segments, len(leaves), len(params),
-                                            len(stores), len(indptr) - 1)
-    out = np.empty(nnz, dtype=np.float64)
-    stored = 0
-    for s, (rows, begin, end, n_buffers, first_row) in enumerate(segments.tolist()):
-        lo, hi = int(indptr[first_row]), int(indptr[first_row + rows])
-        buffers = [None] * n_buffers
-        j = np.arange(rows, dtype=INDEX_DTYPE)
-        for i, (op, d, a, b) in enumerate(instructions[begin:end].tolist(), begin):
-            if op == _OP["load"]:
-                values, index, start, step = leaves[a]
-                positions = start + step * j
-                for name, array in (("index", index), ("values", values)):
-                    if array is None:
-                        continue
-                    if rows and not (0 <= positions.min() and positions.max() < len(array)):
-                        raise ValueError("run_program: leaf %d reads outside its %s "
-                                         "(instruction %d)" % (a, name, i))
-                    if name == "index":
-                        positions = np.asarray(array, dtype=INDEX_DTYPE)[positions]
-                buffers[d] = np.asarray(values, dtype=np.float64)[positions]
-            elif op == _OP["param"]:
-                buffers[d] = np.full(rows, params[a])
-            elif op in _BINARY:
-                buffers[d] = _BINARY[op](buffers[a], buffers[b])
-            elif op in _UNARY:
-                buffers[d] = _UNARY[op](buffers[a])
-            elif op == _OP["power"]:
-                buffers[d] = np.power(buffers[a], params[b])
-            else:
-                codes = np.asarray(stores[b])
-                if len(codes) < rows or (rows and codes[:rows].min() < -1):
-                    raise ValueError("run_program: store %d has bad codes (instruction %d)"
-                                     % (b, i))
-                codes = codes[:rows].astype(INDEX_DTYPE)
-                places = codes >> 1
-                if rows and ((places[codes >= 0] < lo).any() or places.max() >= hi):
-                    raise ValueError("run_program: store %d names a place outside its "
-                                     "segment's %d..%d (instruction %d)" % (b, lo, hi - 1, i))
-                first = (codes >= 0) & (codes & 1 == 0)
-                later = (codes >= 0) & (codes & 1 == 1)
-                out[places[first]] = buffers[a][first]
-                out[places[later]] += buffers[a][later]
-                stored += int(first.sum())
-    if stored != nnz:
-        raise ValueError("run_program: the stores fill %d of %d places" % (stored, nnz))
+                                            len(indptr) - 1)
+    owners = np.asarray(owners)
+    adds = np.asarray(adds, dtype=INDEX_DTYPE).reshape(-1, 4)
+    if owners.shape != (nnz,) or owners.dtype.kind != "u":
+        raise ValueError("run_program: owners must be unsigned, one per place (%d)" % nnz)
+    out = np.full(nnz, np.nan)
+    written = np.zeros(nnz, dtype=bool)
+    with np.errstate(all="ignore"):   # (as the compiled loop: no warnings)
+        for s, (rows, begin, end, n_buffers, first_row, slots) in enumerate(
+                segments.tolist()):
+            buffers, slab = [None] * n_buffers, [None] * slots
+            for i, (op, d, a, b) in enumerate(instructions[begin:end].tolist(), begin):
+                if op == _OP["load"]:
+                    buffers[d] = _load(*leaves[a], rows, "leaf %d (instruction %d)" % (a, i))
+                elif op == _OP["param"]:
+                    buffers[d] = np.full(rows, params[a])
+                elif op in _BINARY:
+                    buffers[d] = _BINARY[op](buffers[a], buffers[b])
+                elif op in _UNARY:
+                    buffers[d] = _UNARY[op](buffers[a])
+                elif op in _BY_PARAM:
+                    buffers[d] = _BY_PARAM[op](buffers[a], params[b])
+                else:
+                    slab[b] = buffers[a]
+            lo, hi = int(indptr[first_row]), int(indptr[first_row + rows])
+            row_of_place = _row_of_each_entry(np, indptr[first_row:first_row + rows + 1]
+                                              - lo, hi - lo)
+            owner = owners[lo:hi].astype(INDEX_DTYPE)
+            if len(owner) and owner.max() >= slots:
+                raise ValueError("run_program: a place of segment %d is owned by slot %d of "
+                                 "its %d" % (s, owner.max(), slots))
+            for k in range(slots):
+                mine = np.flatnonzero(owner == k)
+                out[lo + mine] = slab[k][row_of_place[mine]]
+            written[lo:hi] = True
+            mine = adds[adds[:, 0] == s]
+            for _, row, k, place in mine.tolist():
+                if not (0 <= row < rows and 0 <= k < slots
+                        and indptr[first_row + row] <= place < indptr[first_row + row + 1]):
+                    raise ValueError("run_program: add (%d, %d, %d, %d) is not at a place of "
+                                     "its row" % (s, row, k, place))
+                out[place] += slab[k][row]
+    if not written.all():
+        raise ValueError("run_program: the segments' rows hold %d of the %d places"
+                         % (int(written.sum()), nnz))
+    order = np.lexsort((adds[:, 2], adds[:, 1], adds[:, 0])) if len(adds) else None
+    if order is not None and (order != np.arange(len(adds))).any():
+        raise ValueError("run_program: adds must be sorted by segment, row and slot")
     return out
