@@ -20,6 +20,7 @@ import scipy.sparse
 
 from . import _backend
 from . import _jacobian
+from . import _trace
 from . import forward
 from ._value import value as _forward_value, make as _make
 
@@ -151,7 +152,7 @@ def _split(matrix, sizes, single, hstack, format):
                  for a, b in zip(offsets[:-1], offsets[1:]))
 
 
-def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False):
+def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=False):
     """A function returning ``f``'s value and its exact sparse Jacobian.
 
     Parameters
@@ -171,6 +172,22 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False):
     hstack : bool, optional
         With a tuple ``argnums``: return one matrix whose column blocks are
         the Jacobians with respect to each argument, instead of a tuple.
+    trace : bool, optional
+        Record ``f``'s operations and compute later Jacobians by a compiled
+        program (see "Recorded evaluation" in ``docs/solving.md``): for a
+        function called many times with the same path through its code, as
+        a Newton solver does.  Each call runs ``f`` on light values that
+        compute only its values and record its operations; the first call
+        with a new structure (operations, shapes, index arrays) compiles a
+        program for it, later ones run that program.  Scalars may change
+        between calls; a changed path or index array is detected and
+        compiled anew.  ``f`` must take one 1-d float64 argument to
+        differentiate and use elementwise ufuncs (``+ - * /``, ``**`` by a
+        constant, ``exp``, ``log``, ``sqrt``, ``sin``, ``cos``, ``tanh``,
+        ...), reads by slices and integer arrays and ``np.concatenate``;
+        a call that uses anything else is computed the usual way, and
+        ``f`` may then run twice in that call.  The returned function has
+        ``cache_info()`` and ``cache_clear()``.
 
     Returns
     -------
@@ -202,24 +219,51 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False):
            [0., 4.]]), array([[1., 0.],
            [0., 2.]]))
     """
-    return _value_and_jacobian(f, argnums, format, hstack, "sparsegrad.value_and_jacobian")
+    return _value_and_jacobian(f, argnums, format, hstack, "sparsegrad.value_and_jacobian",
+                               trace)
 
 
-def _value_and_jacobian(f, argnums, format, hstack, name):
+def _value_and_jacobian(f, argnums, format, hstack, name, trace=False):
     """:func:`value_and_jacobian`, naming ``name`` in its error messages."""
     positions, single = _normalize_argnums(argnums)
     format = _check_format(format)
     hstack = bool(hstack)
+    recorder = _trace.Recorder() if trace else None
 
     def value_and_jacobian_of_f(*args, **kwargs):
+        if recorder is not None and single:
+            recorded = _recorded(recorder, f, positions[0], args, kwargs)
+            if recorded is not None:
+                return recorded[0], _convert(recorded[1], format)
         array, matrix, sizes = _evaluate(f, positions, args, kwargs, False, name)
         return array, _split(matrix, sizes, single, hstack, format)
 
     _name(value_and_jacobian_of_f, f, "value_and_jacobian")
+    if recorder is not None:
+        value_and_jacobian_of_f.cache_info = recorder.info
+        value_and_jacobian_of_f.cache_clear = recorder.clear
     return value_and_jacobian_of_f
 
 
-def jacobian(f, argnums=0, *, format="matrix", hstack=False):
+def _recorded(recorder, f, position, args, kwargs):
+    """``(value, matrix)`` of a recorded evaluation, or None for the eager way
+    (an argument other than a 1-d float64 ndarray, or what the recorder does not take)."""
+    if not -len(args) <= position < len(args):
+        return None
+    position %= len(args)
+    x = args[position]
+    if not (type(x) is np.ndarray and x.ndim == 1 and x.dtype == np.float64):
+        return None
+    rest = args[:position] + args[position + 1:]
+
+    def with_x_first(traced, *others, **kw):
+        return f(*others[:position], traced, *others[position:], **kw)
+
+    return recorder.value_and_jacobian(f if position == 0 else with_x_first, x, rest,
+                                       kwargs)
+
+
+def jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=False):
     """A function returning the exact sparse Jacobian of ``f``.
 
     Same parameters as :func:`value_and_jacobian`; the returned function
@@ -241,12 +285,16 @@ def jacobian(f, argnums=0, *, format="matrix", hstack=False):
     array([[ 4.,  0.],
            [ 0., 12.]])
     """
-    value_and_jac = _value_and_jacobian(f, argnums, format, hstack, "sparsegrad.jacobian")
+    value_and_jac = _value_and_jacobian(f, argnums, format, hstack, "sparsegrad.jacobian",
+                                        trace)
 
     def jacobian_of_f(*args, **kwargs):
         return value_and_jac(*args, **kwargs)[1]
 
     _name(jacobian_of_f, f, "jacobian")
+    if trace:
+        jacobian_of_f.cache_info = value_and_jac.cache_info
+        jacobian_of_f.cache_clear = value_and_jac.cache_clear
     return jacobian_of_f
 
 

@@ -51,8 +51,10 @@ INDEX_DTYPE = np.int64
 
 __all__ = ["merge_scaled", "merge_plan", "fill_scaled", "gather_rows", "matmul",
            "scale_rows", "coo_to_csr", "selection_csr", "multiply_add", "sum_of_products",
-           "take_product", "take", "same_index", "index_runs", "run_program",
-           "PROGRAM_OPS"]
+           "take_product", "take", "same_index", "index_runs"]
+# (run_program and PROGRAM_OPS, the runner of sparsegrad._trace's programs, are
+# not in the kernel interface of a backend: sparsegrad._fast.run_program is
+# their interface, on the CPU only)
 
 
 class RowIndexError(IndexError, ValueError):

@@ -1,0 +1,439 @@
+"""Recorded evaluation (``trace=True``, ``sparsegrad._trace``) and its kernel.
+
+Every recorded Jacobian is checked against the eager way (``forward.seed``:
+same pattern, values to rounding), and the rules and the random programs also
+against central differences.  The path checks are exercised by changing
+branches, index arrays (in place too), scalars and shapes between calls.
+``run_program`` runs the same cases compiled and as its numpy reference.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import sparsegrad
+from sparsegrad import _fast, _trace
+from sparsegrad._fast import reference
+from sparsegrad.testing import numerical_jacobian
+
+OPS = {name: number for number, name in enumerate(reference.PROGRAM_OPS)}
+
+
+def eager(f, x, *args):
+    return sparsegrad.value_and_jacobian(f)(x, *args)
+
+
+def assert_same_as_eager(f, x, value, J, *args):
+    expected_value, expected = eager(f, x, *args)
+    np.testing.assert_array_equal(value, expected_value)
+    assert J.shape == expected.shape and J.dtype == expected.dtype
+    np.testing.assert_array_equal(J.indptr, expected.indptr)
+    np.testing.assert_array_equal(J.indices, expected.indices)
+    scale = max(np.abs(expected.data).max(initial=0.0), 1.0)
+    np.testing.assert_allclose(J.data, expected.data, rtol=1e-13, atol=1e-14 * scale)
+
+
+def recorded(f, x, *args):
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    value, J = g(x, *args)
+    return g, value, J
+
+
+# ---------------------------------------------------------------- rules
+
+POSITIVE = np.linspace(0.3, 1.7, 9)
+
+UNARY = {
+    "negative": np.negative, "positive": np.positive, "exp": np.exp, "expm1": np.expm1,
+    "log": np.log, "log1p": np.log1p, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
+    "tanh": np.tanh, "square": np.square, "reciprocal": np.reciprocal,
+}
+
+
+def test_every_rule_is_tested():
+    assert set(UNARY) | {"add", "subtract", "multiply", "divide", "true_divide",
+                         "power"} == set(_trace.RULES)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_rules(name):
+    ufunc = UNARY[name]
+
+    def f(x):
+        return ufunc(x[1:] * x[:-1]) + x[1:]
+
+    g, value, J = recorded(f, POSITIVE)
+    assert g.cache_info().misses == 1 and g.cache_info().fallbacks == 0
+    assert_same_as_eager(f, POSITIVE, value, J)
+    reference_J = numerical_jacobian(f, POSITIVE, method="central")
+    np.testing.assert_allclose(J.toarray(), reference_J, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -1, 1, 2.5, 0])
+def test_power_by_constants(exponent):
+    def f(x):
+        return (x[::2] + 0.5) ** exponent - x[1::2] ** 2
+
+    x = POSITIVE[:8]
+    g, value, J = recorded(f, x)
+    assert_same_as_eager(f, x, value, J)
+    np.testing.assert_allclose(J.toarray(), numerical_jacobian(f, x, method="central"),
+                               rtol=1e-6, atol=1e-8)
+
+
+CONSTANT = np.linspace(-2.0, 3.0, 8)
+
+
+@pytest.mark.parametrize("expression", [
+    lambda x: x * 2.5, lambda x: 2.5 * x, lambda x: x / 3, lambda x: 3 / x,
+    lambda x: x + 1.5, lambda x: 1.5 - x, lambda x: x - CONSTANT, lambda x: CONSTANT - x,
+    lambda x: CONSTANT * x, lambda x: x / CONSTANT, lambda x: CONSTANT / x,
+    lambda x: np.float64(2) * x + np.int64(3), lambda x: -(-(x * -2.0)) / -4.0,
+    lambda x: x * x - x / x + x ** 2, lambda x: (x - x) * 3.0,
+    lambda x: np.concatenate([x[:3] - 1.0, CONSTANT[:2], x[3:] * 2.0]),
+])
+def test_operands_constants_and_signs(expression):
+    x = POSITIVE[:8]
+    g, value, J = recorded(expression, x)
+    assert g.cache_info().fallbacks == 0
+    assert_same_as_eager(expression, x, value, J)
+
+
+# ---------------------------------------------------------------- random programs
+
+UNARY_SAFE = ["negative", "exp", "sin", "cos", "tanh", "square"]
+BINARY = [np.add, np.subtract, np.multiply]
+
+
+def random_program(seed):
+    """A random function of a 1-d x: ufuncs, slices, gathers (negative and
+    repeated indices too), concatenations and constants."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    lengths = [int(rng.integers(3, 9))]
+    n = lengths[0]
+    for _ in range(int(rng.integers(2, 12))):
+        kind = rng.choice(["unary", "binary", "scalar", "slice", "gather", "concat", "divide"])
+        a = int(rng.integers(len(lengths)))
+        m = lengths[a]
+        if kind == "unary":
+            steps.append(("unary", a, str(rng.choice(UNARY_SAFE))))
+        elif kind in ("binary", "divide"):
+            same = [i for i, k in enumerate(lengths) if k == m]
+            steps.append((kind, a, int(rng.choice(same)), int(rng.integers(len(BINARY)))))
+        elif kind == "scalar":
+            steps.append(("scalar", a, float(rng.normal()), bool(rng.integers(2))))
+        elif kind == "slice":
+            start, stop = sorted(rng.integers(0, m + 1, 2))
+            step = int(rng.choice([1, 1, 2, -1]))
+            if step < 0:
+                start, stop = stop - 1, (start - 1 if start > 0 else None)
+            m = len(range(m)[slice(start, stop, step)])
+            if m == 0:
+                continue
+            steps.append(("slice", a, slice(start, stop, step)))
+        elif kind == "gather":
+            k = int(rng.integers(1, 2 * m + 1))
+            index = rng.integers(-m, m, k)
+            steps.append(("gather", a, index))
+            m = k
+        else:
+            b = int(rng.integers(len(lengths)))
+            constant = rng.normal(size=int(rng.integers(0, 3)))
+            steps.append(("concat", a, b, constant))
+            m = lengths[a] + lengths[b] + len(constant)
+        lengths.append(m)
+
+    def f(x):
+        values = [x]
+        for step in steps:
+            kind, a = step[0], values[step[1]]
+            if kind == "unary":
+                values.append(getattr(np, step[2])(a))
+            elif kind == "binary":
+                values.append(BINARY[step[3]](a, values[step[2]]))
+            elif kind == "divide":
+                values.append(a / (2.0 + np.sin(values[step[2]])))
+            elif kind == "scalar":
+                values.append(a * step[2] if step[3] else step[2] - a)
+            elif kind == "slice":
+                values.append(a[step[2]])
+            elif kind == "gather":
+                values.append(a[step[2]])
+            else:
+                values.append(np.concatenate([a, step[3], values[step[2]]]))
+        return np.concatenate(values[1:]) if len(values) > 1 else x * 1.0
+
+    return f, n
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2 ** 31))
+def test_random_programs_against_the_eager_way(seed):
+    f, n = random_program(seed)
+    x0 = np.random.default_rng(seed).normal(size=n)
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for x in (x0, x0 * 1.1 + 0.3, x0 - 0.7):
+        value, J = g(x)
+        assert_same_as_eager(f, x, value, J)
+    info = g.cache_info()
+    assert (info.misses, info.hits, info.fallbacks) == (1, 2, 0)
+    # (the program's ops are complex-safe: the complex step is exact to rounding)
+    reference_J = numerical_jacobian(f, x, method="complex")
+    np.testing.assert_allclose(J.toarray(), reference_J, rtol=1e-11,
+                               atol=1e-12 * max(1.0, np.abs(reference_J).max()))
+
+
+# ---------------------------------------------------------------- the path checks
+
+def test_a_changed_branch_compiles_again_and_both_paths_stay():
+    calls = []
+
+    def f(x, sharp):
+        calls.append(sharp)
+        if sharp:
+            return np.exp(x[1:]) - x[:-1] ** 3
+        return np.sin(x[::-1]) * x
+
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    x = POSITIVE
+    for sharp in (False, True, False, True, True):
+        value, J = g(x, sharp)
+        assert_same_as_eager(f, x, value, J, sharp)
+    info = g.cache_info()
+    assert info.misses == 2 and info.hits == 3 and info.programs == 2
+    # a call on another path than the last call's ran the function again (the
+    # values its program reads had not been kept): calls 2, 3 and 4; the
+    # others once; and assert_same_as_eager once each
+    assert len(calls) == 5 + 3 + 5
+
+
+def test_an_index_array_written_in_place_is_caught():
+    index = np.array([2, 0, 1, 3])
+
+    def f(x):
+        return x[index] * x
+
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    value, J = g(x)
+    index[:] = [3, 3, 0, 1]               # in place: same array, same shape
+    value, J = g(x)
+    assert_same_as_eager(f, x, value, J)
+    assert g.cache_info().misses == 2
+    index_copy = index.copy()             # another array of the same numbers: found
+    index = index_copy
+    value, J = g(x)
+    assert_same_as_eager(f, x, value, J)
+    assert g.cache_info().hits == 1
+
+
+def test_scalars_are_read_at_every_call():
+    scale = {"c": 2.0}
+
+    def f(x):
+        return scale["c"] * x ** 2 - x[::-1] / scale["c"]
+
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for c in (2.0, -3.0, 0.5):
+        scale["c"] = c
+        value, J = g(POSITIVE)
+        assert_same_as_eager(f, POSITIVE, value, J)
+    assert g.cache_info().misses == 1 and g.cache_info().hits == 2
+
+
+def test_a_new_shape_compiles_again():
+    f = lambda x: np.exp(x[1:]) * x[:-1]
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for n in (5, 7, 5):
+        x = np.linspace(0, 1, n)
+        value, J = g(x)
+        assert_same_as_eager(f, x, value, J)
+    assert g.cache_info().misses == 2 and g.cache_info().hits == 1
+
+
+def test_programs_are_bounded_and_cleared():
+    f = lambda x: x[1:] * x[:-1]
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for n in range(3, 10):
+        g(np.ones(n))
+    info = g.cache_info()
+    assert info.programs == _trace.Recorder().capacity and info.nbytes > 0
+    g.cache_clear()
+    assert g.cache_info() == _trace.RecorderInfo(0, 0, 0, 0, 0)
+
+
+# ---------------------------------------------------------------- what goes the eager way
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(x) * x,                        # another numpy function
+    lambda x: np.where(x > 1.0, x, -x),             # a comparison
+    lambda x: (x.reshape(2, -1) * 2.0).ravel(),     # a 2-d value
+    lambda x: x * x[0],                             # a read of one element
+    lambda x: np.abs(x),                            # a ufunc without a rule
+    lambda x: x[np.array([True, False] * 4)],       # a boolean mask
+    lambda x: np.ones(8),                           # a result without x
+])
+def test_what_the_recorder_does_not_take_goes_the_eager_way(f):
+    x = POSITIVE[:8]
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for _ in range(2):
+        value, J = g(x)
+        assert_same_as_eager(f, x, value, J)
+    info = g.cache_info()
+    assert info.fallbacks == 2 and info.programs == 0
+
+
+def test_the_reason_is_kept():
+    recorder = _trace.Recorder()
+    assert recorder.value_and_jacobian(lambda x: np.cumsum(x), POSITIVE, (), {}) is None
+    assert "cumsum" in recorder.refused
+
+
+def test_errors_of_the_function_are_the_eager_ways():
+    g = sparsegrad.value_and_jacobian(lambda x: x[np.array([0, 99])], trace=True)
+    with pytest.raises(IndexError):
+        g(POSITIVE)
+    g = sparsegrad.jacobian(lambda x: x + "a", trace=True)
+    with pytest.raises(TypeError):
+        g(POSITIVE)
+
+
+def test_arguments_formats_and_the_seed_untouched():
+    f = lambda t, y, k=1.0: k * t * y ** 2
+    y = np.array([1.0, 3.0])
+    before = y.copy()
+    J = sparsegrad.jacobian(f, argnums=1, trace=True, format="array")
+    for _ in range(2):
+        out = J(2.0, y, k=0.5)
+        assert type(out).__name__ == "csr_array"
+        np.testing.assert_array_equal(out.toarray(), [[2.0, 0.0], [0.0, 6.0]])
+    assert J.cache_info().hits == 1
+    np.testing.assert_array_equal(y, before)
+    dense = sparsegrad.value_and_jacobian(lambda x: x * x, trace=True, format="dense")
+    np.testing.assert_array_equal(dense(y)[1], [[2.0, 0.0], [0.0, 6.0]])
+    # not a 1-d float64 array: the eager way, nothing recorded
+    g = sparsegrad.value_and_jacobian(lambda x: x * x, trace=True)
+    g(np.ones((2, 2)))
+    g([1.0, 2.0])
+    assert g.cache_info() == _trace.RecorderInfo(0, 0, 0, 0, 0)
+
+
+def test_benchmark_problems_recorded():
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from asv_benchmarks import problems
+    for key, n in (("sw", 6), ("pb", 20)):
+        F, x0 = problems.get(key).setup(n)
+        g = sparsegrad.value_and_jacobian(F, trace=True)
+        for x in (x0, x0 * 1.01):
+            value, J = g(x)
+            assert_same_as_eager(F, x, value, J)
+        assert g.cache_info().hits == 1 and g.cache_info().fallbacks == 0
+
+
+# ---------------------------------------------------------------- run_program
+
+def test_threads_give_the_same_bits():
+    n = 70000                              # (two parts from 2**16 rows on)
+    f = lambda x: np.exp(x[1:]) * x[:-1] - np.sin(x[::-1][1:])
+    x = np.linspace(0.0, 1.0, n)
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    previous = sparsegrad.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            sparsegrad.set_num_threads(threads)
+            results.append(g(x)[1])
+    finally:
+        sparsegrad.set_num_threads(previous)
+    np.testing.assert_array_equal(results[0].data, results[1].data)
+    assert_same_as_eager(f, x, *g(x))
+
+
+def small_program():
+    """Two rows of one segment: slot 0 = exp(v[1 - j]), slot 1 = v * 2 (added)."""
+    instructions = np.array([(OPS["load"], 0, 0, 0), (OPS["exp"], 1, 0, 0),
+                             (OPS["store"], 0, 1, 0), (OPS["scale"], 2, 0, 0),
+                             (OPS["store"], 0, 2, 1)], dtype=np.int64)
+    segments = np.array([(2, 0, 5, 3, 0, 2)], dtype=np.int64)
+    leaves = [(np.array([0.0, 1.0]), None, 1, -1, None)]
+    params = np.array([2.0])
+    owners = np.zeros(2, dtype=np.uint8)
+    adds = np.array([(0, 0, 1, 0), (0, 1, 1, 1)], dtype=np.int64)
+    indptr = np.array([0, 1, 2], dtype=np.int32)
+    return [instructions, segments, leaves, params, owners, adds, indptr]
+
+
+@pytest.mark.parametrize("run", [_fast.run_program, reference.run_program])
+def test_run_program_small(run):
+    np.testing.assert_allclose(run(*small_program()), [np.e + 2.0, 1.0])
+
+
+def _broken(position, value):
+    args = small_program()
+    if isinstance(position, tuple):
+        array = args[position[0]].copy()
+        array[position[1:]] = value
+        args[position[0]] = array
+    else:
+        args[position] = value
+    return args
+
+
+@pytest.mark.parametrize("run", [_fast.run_program, reference.run_program])
+@pytest.mark.parametrize("args, message", [
+    (_broken((0, 1, 0), 99), "opcode"),                          # no such opcode
+    (_broken((0, 1, 2), 2), "bad field"),                        # reads a buffer not written
+    (_broken((0, 1, 1), 0), "bad field"),                        # writes the buffer it reads
+    (_broken((0, 4, 3), 0), "bad field"),                        # slot 0 stored twice
+    (_broken((1, 0, 5), 3), "stores 2 of its 3 slots"),
+    (_broken((1, 0, 0), 3), "does not fit"),                     # more rows than the result
+    (_broken(2, [(np.array([0.0, 1.0]), None, 2, -1, None)]), "outside"),
+    (_broken(2, [(np.zeros(2), np.array([0, 5]), 0, 1, None)]), "outside"),
+    (_broken((4, 1), 7), "owned by slot"),
+    (_broken(5, np.array([(0, 1, 1, 1), (0, 0, 1, 0)])), "sorted"),
+    (_broken(5, np.array([(0, 0, 1, 1)])), "not at a place of its row"),
+    (_broken(6, np.array([0, 1, 3], dtype=np.int32)), "owners must be"),
+    (_broken(1, np.array([(1, 0, 5, 3, 0, 2), (1, 0, 5, 3, 0, 2)])), "overlap"),
+])
+def test_run_program_refuses_bad_programs(run, args, message):
+    with pytest.raises(ValueError, match=message):
+        run(*args)
+
+
+def test_runs_that_do_not_fit_their_index():
+    args = small_program()
+    args[2] = [(np.arange(4.0), np.array([3, 0]), 0, 1, np.array([0, 2]))]
+    for run in (_fast.run_program, reference.run_program):
+        with pytest.raises(ValueError, match="runs do not fit"):
+            run(*args)
+    # (within the values, the compiled loop trusts the runs it is given)
+    args[2] = [(np.arange(4.0), np.array([1, 0]), 0, 1, np.array([0, 2]))]
+    with pytest.raises(ValueError, match="runs do not fit"):
+        reference.run_program(*args)
+    if _fast.run_program is not reference.run_program:
+        assert _fast.run_program(*args).shape == (2,)
+
+
+def test_run_program_by_runs_and_by_rows_agree():
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=1000)
+    index = np.roll(np.arange(1000), 7).astype(np.int64)
+    runs = reference.index_runs(index)
+    assert runs is not None
+    args = small_program()
+    n = 900
+    args[0] = np.array([(OPS["load"], 0, 0, 0), (OPS["store"], 0, 0, 0)], dtype=np.int64)
+    args[1] = np.array([(n, 0, 2, 1, 0, 1)], dtype=np.int64)
+    args[4] = np.zeros(n, dtype=np.uint8)
+    args[5] = np.zeros((0, 4), dtype=np.int64)
+    args[6] = np.arange(n + 1, dtype=np.int64)
+    for start in (0, 50, 99):
+        expected = values[index[start:start + n]]
+        for leaf_runs in (None, runs):
+            args[2] = [(values, index, start, 1, leaf_runs)]
+            np.testing.assert_array_equal(_fast.run_program(*args), expected)
+            np.testing.assert_array_equal(reference.run_program(*args), expected)
