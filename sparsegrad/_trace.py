@@ -104,6 +104,9 @@ class Tape:
 
 
 def _is_scalar(x):
+    kind = type(x)
+    if kind is float or kind is int or kind is np.float64:
+        return True
     return (isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
             and not isinstance(x, np.ndarray))
 
@@ -145,9 +148,16 @@ class Traced(NDArrayOperatorsMixin):
         raise Untraceable("an operand of type %s" % type(x).__name__)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        if method != "__call__" or kwargs or ufunc.__name__ not in RULES:
+        if method != "__call__" or kwargs:
             raise Untraceable("%s.%s" % (ufunc.__name__, method))
-        if ufunc.__name__ == "power":
+        return self._apply(ufunc, inputs)
+
+    def _apply(self, ufunc, inputs):
+        """``ufunc(*inputs)``, recorded (one of its inputs is ``self``)."""
+        name = ufunc.__name__
+        if name not in RULES:
+            raise Untraceable(name)
+        if name == "power":
             # (the exponent is structure: the rule differs with it)
             base, exponent = inputs
             if type(base) is not Traced or not _is_scalar(exponent):
@@ -155,13 +165,45 @@ class Traced(NDArrayOperatorsMixin):
             structure, value = self._operand(base)
             exponent = float(exponent)
             return self.tape.add(("power", structure, exponent), ufunc(value, exponent))
-        operands = [self._operand(x) for x in inputs]
-        for structure, value in operands:
-            if structure[0] == "n" and value.shape != self.value.shape:
-                raise Untraceable("operands of shapes %s and %s"
-                                  % (value.shape, self.value.shape))
-        return self.tape.add((ufunc.__name__, tuple(s for s, _ in operands)),
-                             ufunc(*(v for _, v in operands)))
+        if len(inputs) == 1:
+            structure, value = self._operand(inputs[0])
+            return self.tape.add((name, (structure,)), ufunc(value))
+        (sa, a), (sb, b) = self._operand(inputs[0]), self._operand(inputs[1])
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.shape != b.shape:
+            raise Untraceable("operands of shapes %s and %s" % (a.shape, b.shape))
+        return self.tape.add((name, (sa, sb)), ufunc(a, b))
+
+    # (the common operators straight to the recording, past numpy's dispatch:
+    # what np.multiply(self, other) would do with the operands taken here)
+    def __add__(self, other):
+        return self._apply(np.add, (self, other))
+
+    def __radd__(self, other):
+        return self._apply(np.add, (other, self))
+
+    def __sub__(self, other):
+        return self._apply(np.subtract, (self, other))
+
+    def __rsub__(self, other):
+        return self._apply(np.subtract, (other, self))
+
+    def __mul__(self, other):
+        return self._apply(np.multiply, (self, other))
+
+    def __rmul__(self, other):
+        return self._apply(np.multiply, (other, self))
+
+    def __truediv__(self, other):
+        return self._apply(np.divide, (self, other))
+
+    def __rtruediv__(self, other):
+        return self._apply(np.divide, (other, self))
+
+    def __pow__(self, other):
+        return self._apply(np.power, (self, other))
+
+    def __neg__(self):
+        return self._apply(np.negative, (self,))
 
     def __getitem__(self, key):
         n = self.value.shape[0]
@@ -220,7 +262,8 @@ class _Expressions:
     ``_SCALAR_OPS``: computed once per call.  Vectors are ``("leaf", node,
     map)`` (a node's values at mapped rows: a map ``(array, start, step)``
     sends row ``j`` of a term to row ``arrays[array][start + step * j]`` of
-    the node, or ``start + step * j`` for ``array`` -1), the unary and
+    the node, or ``start + step * j`` for ``array`` -1; a map ``(array, start,
+    step, offset)`` adds ``offset`` to the array's row), the unary and
     binary ops of ``run_program``, ``("scale", x, s)``, ``("shift", x, s)``,
     ``("rdivide", x, s)`` (``x * s``, ``x + s``, ``s / x`` by a scalar ``s``)
     and ``("power", x, c)``.  The builders fold scalars and move signs and
@@ -231,6 +274,7 @@ class _Expressions:
     def __init__(self):
         self.ids = {}
         self.forms = []
+        self.values = {}       # node -> the expression of its value, where inlined
         self.arrays = []       # maps' materialised row numbers
         self._array_ids = {}
         self._composed = {}
@@ -249,7 +293,28 @@ class _Expressions:
         return self.make(("lit", float(c)))
 
     def leaf(self, node):
-        return self.make(("leaf", node, (-1, 0, 1)))
+        return self.make(("leaf", node, _IDENTITY))
+
+    def value(self, node):
+        """The value of ``node``: an expression of other nodes' values where
+        that is a few cheap operations (so that a program reads fewer
+        arrays: ``u ** 2`` gathered is ``u`` gathered, squared), else a leaf."""
+        return self.values.get(node) or self.leaf(node)
+
+    def size(self, e):
+        """Operations of ``e`` (scalars and leaves are free), shared ones once."""
+        seen, stack, count = set(), [e], 0
+        while stack:
+            f = stack.pop()
+            if f in seen:
+                continue
+            seen.add(f)
+            form = self.forms[f]
+            if form[0] in _SCALAR_KINDS or form[0] == "leaf":
+                continue
+            count += 1
+            stack.extend(form[1:2] if form[0] in _WITH_SCALAR else form[1:])
+        return count
 
     def _scalar_op(self, op, a, b):
         fa, fb = self.forms[a], self.forms[b]
@@ -338,21 +403,24 @@ class _Expressions:
 
     def compose_map(self, f, g, length):
         """The map ``j -> f(g(j))`` for ``length`` rows (``g`` into ``f``'s rows)."""
-        fa, fs, ft = f
-        ga, gs, gt = g
+        fa, fs, ft, fo = f
+        ga, gs, gt, go = g
         if ga < 0:
-            return (fa, fs + ft * gs, ft * gt)
+            return (fa, fs + ft * gs, ft * gt, fo)
+        if fa < 0 and ft == 1:
+            # (a gather of a slice: the gather's array, shifted)
+            return (ga, gs, gt, go + fs)
 
         def rows():
-            local = self.arrays[ga][gs + gt * np.arange(length)]
+            local = self.arrays[ga][gs + gt * np.arange(length)] + go
             if fa < 0:
                 return fs + ft * local
-            return self.arrays[fa][fs + ft * local]
-        return (self.array(("compose", f, g, length), rows), 0, 1)
+            return self.arrays[fa][fs + ft * local] + fo
+        return (self.array(("compose", f, g, length), rows), 0, 1, 0)
 
     def compose(self, e, g, length):
         """Expression ``e`` read at rows ``g(j)``, ``j < length``."""
-        if g == (-1, 0, 1) or self.scalar(e):
+        if g == _IDENTITY or self.scalar(e):
             return e
         key = (e, g, length)
         done = self._composed.get(key)
@@ -373,6 +441,7 @@ class _Expressions:
 _SCALAR_OPS = {"s*": lambda a, b: a * b, "s/": lambda a, b: a / b,
                "s+": lambda a, b: a + b, "s-": lambda a, b: a - b}
 _SCALAR_KINDS = frozenset(("lit", "param") + tuple(_SCALAR_OPS))
+_IDENTITY = (-1, 0, 1, 0)
 # vector forms whose second field is a scalar (or a number: power's exponent)
 _WITH_SCALAR = frozenset(("scale", "shift", "rdivide", "power"))
 
@@ -381,7 +450,7 @@ _WITH_SCALAR = frozenset(("scale", "shift", "rdivide", "power"))
 
 def _operand(E, structure):
     kind, k = structure
-    return E.leaf(k) if kind == "n" else E.make(("param", k))
+    return E.value(k) if kind == "n" else E.make(("param", k))
 
 
 def _one(E):
@@ -434,7 +503,7 @@ _BINARY_OPS = ("add", "subtract", "multiply", "divide")
 
 class Program:
     """What :func:`compile_tape` makes of a tape: the instructions of
-    ``run_program``, its leaves (``(node, array, start, step)``), the steps
+    ``run_program``, its leaves (``(node, index, start, step, offset, runs)``), the steps
     of its scalars (from the call's, ``(op, a, b)`` or ``("lit", c, 0)``),
     stores, the pattern and the copies of the index arrays it was made with."""
 
@@ -442,14 +511,15 @@ class Program:
                  "indptr", "indices", "shape", "index_copies", "nbytes", "needed")
 
     def run(self, tape):
-        """The data of the Jacobian at the values of ``tape``."""
+        """``(indptr, indices, data)`` of the Jacobian at the values of ``tape``
+        (copies of the pattern, the data computed)."""
         leaves = [(tape.values[leaf[0]],) + leaf[1:] for leaf in self.leaves]
         values = list(tape.params)
         for op, a, b in self.scalar_steps:
             values.append(a if op == "lit" else _SCALAR_OPS[op](values[a], values[b]))
         params = np.array(values, dtype=np.float64)
         return _fast.run_program(self.instructions, self.segments, leaves, params,
-                                 self.owners, self.adds, self.indptr)
+                                 self.owners, self.adds, self.indptr, self.indices)
 
     def same_indexes(self, tape, same_index):
         """Whether ``tape`` gathered by arrays equal to the ones compiled in."""
@@ -467,16 +537,16 @@ def _terms_of_ufunc(E, terms, node, entry):
     kind = entry[0]
     operands = entry[1]
     if kind == "power":
-        partials = _power(E, E.leaf(node), operands, entry[2])
+        partials = _power(E, E.value(node), operands, entry[2])
         operands = (operands,)
     else:
-        partials = RULES[kind](E, E.leaf(node), *operands)
+        partials = RULES[kind](E, E.value(node), *operands)
     out = []
     for structure, partial in zip(operands, partials):
         if structure[0] != "n":
             continue
         for a0, b0, cols, e in terms[structure[1]]:
-            out.append((a0, b0, cols, E.mul(E.compose(partial, (-1, a0, 1), b0 - a0), e)))
+            out.append((a0, b0, cols, E.mul(E.compose(partial, (-1, a0, 1, 0), b0 - a0), e)))
     return out
 
 
@@ -489,12 +559,69 @@ def _combine(E, terms):
     return [key + (e,) for key, e in combined.items()]
 
 
+#: ufuncs whose values are recomputed in a program rather than read (the
+#: rest -- exp, log, ... -- cost more than a read)
+_CHEAP = {"add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
+          "true_divide": "divide", "negative": "negative", "positive": "positive",
+          "square": "square", "reciprocal": "reciprocal"}
+#: the most operations a recomputed value may take
+_INLINE_BUDGET = 6
+
+
+def _index_map(E, tape, source, k):
+    """The map of a gather by the tape's ``k``-th index array (negative
+    numbers counted from the end of the source)."""
+    user = tape.indexes[k]
+    n_source = tape.lengths[source]
+    return E.array(("gather", id(user), n_source),
+                   lambda: np.where(user < 0, user + n_source, user))
+
+
+def _inline(E, tape, node, entry):
+    """``E.values[node]``: the value of ``node`` as an expression of its
+    operands' values, for reads (slices, gathers: a leaf at other rows) and
+    cheap elementwise operations within the budget."""
+    kind = entry[0]
+    if kind == "slice":
+        _, source, start, step, m = entry
+        E.values[node] = E.compose(E.value(source), (-1, start, step, 0), m)
+    elif kind == "gather":
+        _, source, k, m = entry
+        E.values[node] = E.compose(E.value(source), (_index_map(E, tape, source, k), 0, 1, 0),
+                                   m)
+    elif kind in _CHEAP or (kind == "power" and entry[2] in (2.0, -1.0)):
+        if kind == "power":
+            a = _operand(E, entry[1])
+            e = E.mul(a, a) if entry[2] == 2.0 else E.div(E.lit(1), a)
+        else:
+            args = [_operand(E, structure) for structure in entry[1]]
+            name = _CHEAP[kind]
+            if name == "add":
+                e = E.add(*args)
+            elif name == "subtract":
+                e = E.add(*args, sign=-1.0)
+            elif name == "multiply":
+                e = E.mul(*args)
+            elif name == "divide":
+                e = E.div(*args)
+            elif name == "negative":
+                e = E.neg(*args)
+            elif name == "positive":
+                e = args[0]
+            elif name == "square":
+                e = E.mul(args[0], args[0])
+            else:
+                e = E.div(E.lit(1), args[0])
+        if E.size(e) <= _INLINE_BUDGET:
+            E.values[node] = e
+
+
 def _propagate(E, tape, cols):
     """The terms ``(first row, stop row, columns, expression)`` of every node."""
     terms = []
-    normalized = {}
     for node, entry in enumerate(tape.entries):
         kind = entry[0]
+        _inline(E, tape, node, entry)
         if kind == "seed":
             n = entry[1]
             terms.append([(0, n, cols(("seed", n), lambda: np.arange(n)), E.lit(1))])
@@ -512,16 +639,11 @@ def _propagate(E, tape, cols):
                 first = start + step * r0 - a0
                 new = cols((c, "slice", first, step, r1 - r0),
                            lambda c=c, first=first: cols.arrays[c][first + step * np.arange(r1 - r0)])
-                out.append((r0, r1, new, E.compose(e, (-1, first, step), r1 - r0)))
+                out.append((r0, r1, new, E.compose(e, (-1, first, step, 0), r1 - r0)))
             terms.append(out)
         elif kind == "gather":
             _, source, k, m = entry
-            user = tape.indexes[k]
-            index = normalized.get(id(user))
-            if index is None:
-                n_source = tape.lengths[source]
-                index = normalized[id(user)] = (id(user), np.where(user < 0, user + n_source,
-                                                                   user).astype(np.int64))
+            index = (id(tape.indexes[k]), E.arrays[_index_map(E, tape, source, k)])
             out = []
             for a0, b0, c, e in terms[source]:
                 covered = (index[1] >= a0) & (index[1] < b0)
@@ -531,7 +653,7 @@ def _propagate(E, tape, cols):
                                 lambda: np.where(covered, index[1] - a0, 0))
                 new = cols((c, "gather", index[0], a0, b0),
                            lambda c=c: np.where(covered, cols.arrays[c][E.arrays[local]], -1))
-                out.append((0, m, new, E.compose(e, (local, 0, 1), m)))
+                out.append((0, m, new, E.compose(e, (local, 0, 1, 0), m)))
             terms.append(_combine(E, out))
         elif kind == "concatenate":
             out, offset = [], 0
@@ -671,7 +793,7 @@ def compile_tape(tape, output):
     for start, stop, covering in _segments(terms, m):
         combined = collections.OrderedDict()
         for c, offset, e in covering:
-            e = E.compose(e, (-1, offset, 1), stop - start)
+            e = E.compose(e, (-1, offset, 1, 0), stop - start)
             key = (c, offset)
             combined[key] = e if key not in combined else E.add(combined[key], e)
         roots = []
@@ -723,18 +845,22 @@ def compile_tape(tape, output):
     program.scalar_steps = steps
     program.leaves = [None] * len(leaves)
     runs = {}
-    for (node, array, start, step), slot in leaves.items():
+    for (node, array, start, step, offset), slot in leaves.items():
         if array >= 0 and step == 1 and array not in runs:
             runs[array] = kernels.index_runs(E.arrays[array])
         program.leaves[slot] = (node, None if array < 0 else E.arrays[array], start, step,
-                                runs.get(array) if step == 1 else None)
+                                offset, runs.get(array) if step == 1 else None)
     program.needed = frozenset(leaf[0] for leaf in program.leaves)
     program.arrays = E.arrays + [r for r in runs.values() if r is not None]
     program.indptr, program.indices = indptr, indices
     program.shape = (m, n)
-    program.index_copies = [np.array(a, dtype=np.int64) for a in tape.indexes]
+    # (one copy per array the function gathered by, however often: a call
+    # compares each of its arrays once)
+    copies = {}
+    program.index_copies = [copies.setdefault(id(a), np.array(a, dtype=np.int64))
+                            for a in tape.indexes]
     arrays = (program.indptr, program.indices, program.instructions, program.segments,
-              program.owners, program.adds, *program.arrays, *program.index_copies)
+              program.owners, program.adds, *program.arrays, *copies.values())
     for array in arrays:
         array.flags.writeable = False
     program.nbytes = sum(a.nbytes for a in arrays)
@@ -841,7 +967,9 @@ class Recorder:
         # same sizes at every call)
         if self._refused is not None:
             return self._fallback(self._refused)
-        x = np.array(x, dtype=np.float64)
+        # (no copy: the light values never write to x, and the program reads it
+        # before this call returns)
+        x = np.ascontiguousarray(x, dtype=np.float64)
         traced = self._trace(f, x, args, kwargs, self._keep)
         if type(traced) is str:
             return self._fallback(traced) if traced else self._error()
@@ -873,10 +1001,9 @@ class Recorder:
                 return self._fallback(traced) if type(traced) is str and traced else self._error()
             tape, result = traced
         self._keep = program.needed
-        data = program.run(tape)
-        matrix = scipy.sparse.csr_matrix(
-            (data, program.indices.copy(), program.indptr.copy()), shape=program.shape,
-            copy=False)
+        indptr, indices, data = program.run(tape)
+        matrix = scipy.sparse.csr_matrix((data, indices, indptr), shape=program.shape,
+                                         copy=False)
         return result.value, matrix
 
     def _error(self):

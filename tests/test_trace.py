@@ -201,10 +201,10 @@ def test_a_changed_branch_compiles_again_and_both_paths_stay():
         assert_same_as_eager(f, x, value, J, sharp)
     info = g.cache_info()
     assert info.misses == 2 and info.hits == 3 and info.programs == 2
-    # a call on another path than the last call's ran the function again (the
-    # values its program reads had not been kept): calls 2, 3 and 4; the
-    # others once; and assert_same_as_eager once each
-    assert len(calls) == 5 + 3 + 5
+    # a call on another path than the last call's ran the function again where
+    # the values its program reads had not been kept (at most calls 2, 3 and
+    # 4); the others once; and assert_same_as_eager once each
+    assert 5 + 5 <= len(calls) <= 5 + 3 + 5
 
 
 def test_an_index_array_written_in_place_is_caught():
@@ -359,7 +359,7 @@ def small_program():
                              (OPS["store"], 0, 1, 0), (OPS["scale"], 2, 0, 0),
                              (OPS["store"], 0, 2, 1)], dtype=np.int64)
     segments = np.array([(2, 0, 5, 3, 0, 2)], dtype=np.int64)
-    leaves = [(np.array([0.0, 1.0]), None, 1, -1, None)]
+    leaves = [(np.array([0.0, 1.0]), None, 1, -1, 0, None)]
     params = np.array([2.0])
     owners = np.zeros(2, dtype=np.uint8)
     adds = np.array([(0, 0, 1, 0), (0, 1, 1, 1)], dtype=np.int64)
@@ -391,8 +391,9 @@ def _broken(position, value):
     (_broken((0, 4, 3), 0), "bad field"),                        # slot 0 stored twice
     (_broken((1, 0, 5), 3), "stores 2 of its 3 slots"),
     (_broken((1, 0, 0), 3), "does not fit"),                     # more rows than the result
-    (_broken(2, [(np.array([0.0, 1.0]), None, 2, -1, None)]), "outside"),
-    (_broken(2, [(np.zeros(2), np.array([0, 5]), 0, 1, None)]), "outside"),
+    (_broken(2, [(np.array([0.0, 1.0]), None, 2, -1, 0, None)]), "outside"),
+    (_broken(2, [(np.zeros(2), np.array([0, 5]), 0, 1, 0, None)]), "outside"),
+    (_broken(2, [(np.zeros(2), np.array([0, 1]), 0, 1, 1, None)]), "outside"),
     (_broken((4, 1), 7), "owned by slot"),
     (_broken(5, np.array([(0, 1, 1, 1), (0, 0, 1, 0)])), "sorted"),
     (_broken(5, np.array([(0, 0, 1, 1)])), "not at a place of its row"),
@@ -406,12 +407,12 @@ def test_run_program_refuses_bad_programs(run, args, message):
 
 def test_runs_that_do_not_fit_their_index():
     args = small_program()
-    args[2] = [(np.arange(4.0), np.array([3, 0]), 0, 1, np.array([0, 2]))]
+    args[2] = [(np.arange(4.0), np.array([3, 0]), 0, 1, 0, np.array([0, 2]))]
     for run in (_fast.run_program, reference.run_program):
         with pytest.raises(ValueError, match="runs do not fit"):
             run(*args)
     # (within the values, the compiled loop trusts the runs it is given)
-    args[2] = [(np.arange(4.0), np.array([1, 0]), 0, 1, np.array([0, 2]))]
+    args[2] = [(np.arange(4.0), np.array([1, 0]), 0, 1, 0, np.array([0, 2]))]
     with pytest.raises(ValueError, match="runs do not fit"):
         reference.run_program(*args)
     if _fast.run_program is not reference.run_program:
@@ -431,9 +432,9 @@ def test_run_program_by_runs_and_by_rows_agree():
     args[4] = np.zeros(n, dtype=np.uint8)
     args[5] = np.zeros((0, 4), dtype=np.int64)
     args[6] = np.arange(n + 1, dtype=np.int64)
-    for start in (0, 50, 99):
-        expected = values[index[start:start + n]]
+    for start, offset in ((0, 0), (50, -7), (99, 0)):
+        expected = values[index[start:start + n] + offset]
         for leaf_runs in (None, runs):
-            args[2] = [(values, index, start, 1, leaf_runs)]
+            args[2] = [(values, index, start, 1, offset, leaf_runs)]
             np.testing.assert_array_equal(_fast.run_program(*args), expected)
             np.testing.assert_array_equal(reference.run_program(*args), expected)

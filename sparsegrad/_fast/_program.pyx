@@ -106,6 +106,82 @@ cdef extern from *:
     void sg_neg(double* d, const double* a, long long n) noexcept nogil
     void sg_fill(double* d, double c, long long n) noexcept nogil
 
+cdef extern from *:
+    """
+    /* the places of n rows (row jj holds places ip[jj] .. ip[jj + 1] - 1,
+       staged from place ip[0] on), each the value at row jj of its owner's
+       slab buffer (owners checked below `slots` first); 0, or -1 for a bad
+       row bound or owner */
+    #define SG_PLACES(name, owner_t, index_t) \
+        SG_CLONES static int name(double* SG_RESTRICT stage, const double* SG_RESTRICT slab, \
+                                  const owner_t* SG_RESTRICT owners, \
+                                  const index_t* SG_RESTRICT ip, long long n, long long slots, \
+                                  long long stride, long long nnz) { \
+            long long base = ip[0], last = ip[n], jj, k, most = 0; \
+            if (base < 0 || last < base || last > nnz) return -1; \
+            for (k = base; k < last; k++) most = owners[k] > most ? owners[k] : most; \
+            if (most >= slots && last > base) return -1; \
+            for (jj = 0; jj < n; jj++) { \
+                long long lo = ip[jj], hi = ip[jj + 1]; \
+                if (lo < base || hi < lo || hi > last) return -1; \
+                for (k = lo; k < hi; k++) \
+                    stage[k - base] = slab[(long long)owners[k] * stride + jj]; \
+            } \
+            return 0; }
+    SG_PLACES(sg_places_8_32, unsigned char, int)
+    SG_PLACES(sg_places_8_64, unsigned char, long long)
+    SG_PLACES(sg_places_16_32, unsigned short, int)
+    SG_PLACES(sg_places_16_64, unsigned short, long long)
+    """
+    int sg_places_8_32(double* stage, const double* slab, const uint8_t* owners, const int32_t* ip,
+                       long long n, long long slots, long long stride, long long nnz) noexcept nogil
+    int sg_places_8_64(double* stage, const double* slab, const uint8_t* owners, const int64_t* ip,
+                       long long n, long long slots, long long stride, long long nnz) noexcept nogil
+    int sg_places_16_32(double* stage, const double* slab, const uint16_t* owners,
+                        const int32_t* ip, long long n, long long slots, long long stride,
+                        long long nnz) noexcept nogil
+    int sg_places_16_64(double* stage, const double* slab, const uint16_t* owners,
+                        const int64_t* ip, long long n, long long slots, long long stride,
+                        long long nnz) noexcept nogil
+
+cdef extern from *:
+    """
+    /* the result's data and its copy of the indices are written front to
+       back, once, a block's places at a time: written past the caches
+       (reading their lines in first, as plain stores do, would double the
+       memory traffic); sg_fence() before the result is handed on */
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    #include <emmintrin.h>
+    static void sg_stream_copy(void* dst, const void* src, long long nbytes) {
+        char* d = (char*)dst;
+        const char* s = (const char*)src;
+        /* (to a 16-byte boundary of the destination, then 16 bytes a store) */
+        while (nbytes > 0 && ((size_t)d & 15)) {
+            if (((size_t)d & 7) == 0 && nbytes >= 8) {
+                long long v; __builtin_memcpy(&v, s, 8);
+                _mm_stream_si64((long long*)d, v); d += 8; s += 8; nbytes -= 8;
+            } else if (((size_t)d & 3) == 0 && nbytes >= 4) {
+                int v; __builtin_memcpy(&v, s, 4);
+                _mm_stream_si32((int*)d, v); d += 4; s += 4; nbytes -= 4;
+            } else {
+                *d++ = *s++; nbytes--;
+            }
+        }
+        for (; nbytes >= 16; d += 16, s += 16, nbytes -= 16)
+            _mm_stream_si128((__m128i*)d, _mm_loadu_si128((const __m128i*)s));
+        if (nbytes > 0) __builtin_memcpy(d, s, (size_t)nbytes);
+    }
+    static inline void sg_fence(void) { _mm_sfence(); }
+    #else
+    static void sg_stream_copy(void* dst, const void* src, long long nbytes) {
+        memcpy(dst, src, (size_t)nbytes);
+    }
+    static inline void sg_fence(void) { }
+    #endif
+    """
+    void sg_fence() noexcept nogil
+    void sg_stream_copy(void* dst, const void* src, long long nbytes) noexcept nogil
+
 # rows of a program from which it runs in parts, one per thread
 cdef int64_t PARALLEL_ROWS = 1 << 15
 
@@ -122,6 +198,7 @@ cdef struct Leaf:
     const int64_t* index      # NULL: the positions read the values directly
     int64_t n_index
     int64_t start, step       # row j reads position start + step * j
+    int64_t offset            # (of the index's entry, or of the position)
     const int64_t* runs       # NULL, or where the index's runs start (index_runs)
     int64_t n_runs            # (entries of runs: the runs and one)
 
@@ -138,6 +215,9 @@ cdef struct Part:
     int64_t n_adds
     const void* indptr        # the result's, int32 or int64
     bint wide_indptr
+    const void* indices       # NULL, or the pattern's indices, copied to indices_out
+    void* indices_out
+    int index_size
     double* out
     int64_t nnz
     int64_t part, n_parts
@@ -168,10 +248,12 @@ cdef int _load(const Leaf* leaf, int64_t j0, int64_t n, double* dst) noexcept no
     """Rows ``j0 .. j0 + n - 1`` of a leaf into ``dst``; FAULT_LOAD if one is outside."""
     cdef int64_t j, q, r, piece, first
     cdef int64_t p = leaf.start + leaf.step * j0
+    cdef int64_t offset = leaf.offset
     cdef const double* v = leaf.values
     cdef const int64_t* index = leaf.index
     cdef uint64_t bound = <uint64_t>leaf.n_values
     if index == NULL:
+        p += offset
         if not _positions_fit(p, leaf.step, n, leaf.n_values):
             return FAULT_LOAD
         if leaf.step == 1:
@@ -194,7 +276,7 @@ cdef int _load(const Leaf* leaf, int64_t j0, int64_t n, double* dst) noexcept no
                 piece = n - j
             if piece <= 0:
                 return FAULT_LOAD
-            first = index[leaf.runs[r]] + (p + j - leaf.runs[r])
+            first = index[leaf.runs[r]] + (p + j - leaf.runs[r]) + offset
             if first < 0 or first + piece > leaf.n_values:
                 return FAULT_LOAD
             memcpy(dst + j, v + first, piece * sizeof(double))
@@ -202,7 +284,7 @@ cdef int _load(const Leaf* leaf, int64_t j0, int64_t n, double* dst) noexcept no
             r += 1
         return FAULT_NONE
     for j in range(n):
-        q = index[p + leaf.step * j]
+        q = index[p + leaf.step * j] + offset
         if <uint64_t>q >= bound:
             return FAULT_LOAD
         dst[j] = v[q]
@@ -284,25 +366,25 @@ cdef inline int64_t _place(const Part* p, int64_t row) noexcept nogil:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _places(const Part* p, int64_t first_row, int64_t j0, int64_t n, int64_t slots,
-                 const double* slab) noexcept nogil:
+                 const double* slab, double* stage) noexcept nogil:
     """The places of rows ``j0 .. j0 + n - 1`` of a segment, in order, each
-    from the slab of its owner."""
-    cdef int64_t jj, k, lo, hi, owner
-    cdef double* out = p.out
-    cdef const uint8_t* narrow = <const uint8_t*>p.owners
-    cdef const uint16_t* wide = <const uint16_t*>p.owners
-    hi = _place(p, first_row + j0)
-    for jj in range(n):
-        lo = hi
-        hi = _place(p, first_row + j0 + jj + 1)
-        if lo < 0 or hi < lo or hi > p.nnz:
-            return FAULT_PLACE
-        for k in range(lo, hi):
-            owner = wide[k] if p.wide_owners else narrow[k]
-            if owner >= slots:
-                return FAULT_PLACE
-            out[k] = slab[owner * STRIDE + jj]
-    return FAULT_NONE
+    from the slab of its owner, staged from the block's first place on."""
+    cdef int64_t row = first_row + j0
+    cdef int got
+    if p.wide_owners:
+        if p.wide_indptr:
+            got = sg_places_16_64(stage, slab, <const uint16_t*>p.owners,
+                                  <const int64_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
+        else:
+            got = sg_places_16_32(stage, slab, <const uint16_t*>p.owners,
+                                  <const int32_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
+    elif p.wide_indptr:
+        got = sg_places_8_64(stage, slab, <const uint8_t*>p.owners,
+                             <const int64_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
+    else:
+        got = sg_places_8_32(stage, slab, <const uint8_t*>p.owners,
+                             <const int32_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
+    return FAULT_NONE if got == 0 else FAULT_PLACE
 
 
 cdef int64_t _first_add(const Part* p, int64_t s, int64_t j0) noexcept nogil:
@@ -325,8 +407,9 @@ cdef void _run_part(void* arg) noexcept nogil:
     buffer per store, and the block's places are written in order from it
     (the result's memory written once, front to back), then its adds."""
     cdef Part* p = <Part*>arg
-    cdef int64_t s, rows, begin, end, first_row, slots, j0, j1, b0, n, k
-    cdef int64_t most_buffers = 1, most_slots = 1
+    cdef int64_t s, rows, begin, end, first_row, slots, j0, j1, b0, n, k, lo, hi
+    cdef int64_t most_buffers = 1, most_slots = 1, staged = 0
+    cdef double* stage = NULL
     cdef const int64_t* seg
     cdef const int64_t* a
     for s in range(p.n_segments):
@@ -349,9 +432,28 @@ cdef void _run_part(void* arg) noexcept nogil:
         b0 = j0
         while b0 < j1 and p.fault == FAULT_NONE:
             n = BLOCK if j1 - b0 > BLOCK else j1 - b0
+            lo = _place(p, first_row + b0)
+            hi = _place(p, first_row + b0 + n)
+            if not 0 <= lo <= hi <= p.nnz:
+                p.fault = FAULT_PLACE
+                break
+            if hi - lo > staged:
+                free(stage)
+                staged = 2 * (hi - lo)
+                stage = <double*>malloc(staged * sizeof(double))
+                if stage == NULL:
+                    p.fault = FAULT_MEMORY
+                    break
             p.fault = _block(p, begin, end, b0, n, buffers, slab)
             if p.fault == FAULT_NONE:
-                p.fault = _places(p, first_row, b0, n, slots, slab)
+                p.fault = _places(p, first_row, b0, n, slots, slab, stage)
+            if p.fault == FAULT_NONE:
+                sg_stream_copy(p.out + lo, stage, (hi - lo) * sizeof(double))
+                if p.indices != NULL:
+                    sg_stream_copy(<char*>p.indices_out + lo * p.index_size,
+                                   <const char*>p.indices + lo * p.index_size,
+                                   (hi - lo) * p.index_size)
+                sg_fence()   # (the adds below read places just streamed out)
             # (then the block's adds, in the order of their slots)
             while p.fault == FAULT_NONE and k < p.n_adds:
                 a = p.adds + 4 * k
@@ -364,6 +466,8 @@ cdef void _run_part(void* arg) noexcept nogil:
             break
     free(buffers)
     free(slab)
+    free(stage)
+    sg_fence()
 
 
 cdef class _Runner:
@@ -483,16 +587,16 @@ cdef bint _table(object a, int width):
 
 
 cdef bint _leaf_ok(object leaf):
-    if len(leaf) != 5:
+    if len(leaf) != 6:
         return False
-    values, index, start, step, runs = leaf
+    values, index, start, step, offset, runs = leaf
     return (_vector(values, cnp.NPY_FLOAT64) and (index is None or _vector(index, cnp.NPY_INT64))
             and (runs is None or (index is not None and _vector(runs, cnp.NPY_INT64)
                                   and runs.shape[0] >= 2))
-            and type(start) is int and type(step) is int)
+            and type(start) is int and type(step) is int and type(offset) is int)
 
 
-def run_program(instructions, segments, leaves, params, owners, adds, indptr):
+def run_program(instructions, segments, leaves, params, owners, adds, indptr, indices=None):
     """The data of a Jacobian by a program of :mod:`sparsegrad._trace`.
 
     Contract of :func:`sparsegrad._fast._reference.run_program`; arrays of
@@ -505,9 +609,11 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
             and indptr.shape[0] >= 1
             and (_vector(owners, cnp.NPY_UINT8) or _vector(owners, cnp.NPY_UINT16))
             and _table(instructions, 4) and _table(segments, 6) and _table(adds, 4)
-            and all(_leaf_ok(leaf) for leaf in leaves)):
+            and all(_leaf_ok(leaf) for leaf in leaves)
+            and (indices is None or (_vector(indices, cnp.PyArray_TYPE(<cnp.ndarray>indptr))
+                                     and indices.shape[0] == int(indptr[indptr.shape[0] - 1])))):
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr)
+                                      indptr, indices)
     cdef int64_t n_rows = indptr.shape[0] - 1
     cdef int64_t nnz = int(indptr[n_rows])
     cdef bint wide_indptr = cnp.PyArray_TYPE(<cnp.ndarray>indptr) == cnp.NPY_INT64
@@ -519,7 +625,7 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
                        <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>adds), adds.shape[0],
                        cnp.PyArray_DATA(<cnp.ndarray>indptr), wide_indptr, n_rows)):
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr)
+                                      indptr, indices)
     cdef int64_t n_segments = segments.shape[0]
     cdef int64_t rows = int(segments[:, 0].sum())
     cdef Py_ssize_t k, n_leaves = len(leaves), n_parts = 1, q
@@ -531,8 +637,9 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     covered = sum(int(indptr[first + m]) - int(indptr[first]) for first, m in spans)
     if covered != nnz or any(a[0] + a[1] > b[0] for a, b in zip(spans, spans[1:])):
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr)
+                                      indptr, indices)
     out = np.empty(nnz, dtype=np.float64)
+    indices_out = None if indices is None else np.empty_like(indices)
     cdef Leaf* ls = <Leaf*>calloc(n_leaves if n_leaves else 1, sizeof(Leaf))
     cdef Part* parts = <Part*>calloc(n_parts, sizeof(Part))
     cdef _Runner runner
@@ -541,7 +648,7 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
         if ls == NULL or parts == NULL:
             raise MemoryError()
         for k in range(n_leaves):
-            values, index, start, step, runs = leaves[k]
+            values, index, start, step, offset, runs = leaves[k]
             ls[k].values = <const double*>cnp.PyArray_DATA(<cnp.ndarray>values)
             ls[k].n_values = values.shape[0]
             ls[k].index = NULL if index is None else <const int64_t*>cnp.PyArray_DATA(
@@ -549,6 +656,7 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
             ls[k].n_index = 0 if index is None else index.shape[0]
             ls[k].start = start
             ls[k].step = step
+            ls[k].offset = offset
             ls[k].runs = NULL if runs is None else <const int64_t*>cnp.PyArray_DATA(
                 <cnp.ndarray>runs)
             ls[k].n_runs = 0 if runs is None else runs.shape[0]
@@ -566,6 +674,10 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
             parts[q].indptr = cnp.PyArray_DATA(<cnp.ndarray>indptr)
             parts[q].wide_indptr = wide_indptr
             parts[q].out = <double*>cnp.PyArray_DATA(<cnp.ndarray>out)
+            if indices is not None:
+                parts[q].indices = cnp.PyArray_DATA(<cnp.ndarray>indices)
+                parts[q].indices_out = cnp.PyArray_DATA(<cnp.ndarray>indices_out)
+                parts[q].index_size = indices.itemsize
             parts[q].nnz = nnz
             parts[q].part = q
             parts[q].n_parts = n_parts
@@ -585,5 +697,7 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     if fault != FAULT_NONE:
         # (the reference names what is wrong)
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr)
-    return out
+                                      indptr, indices)
+    if indices is None:
+        return out
+    return indptr.copy(), indices_out, out

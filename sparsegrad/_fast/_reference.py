@@ -940,9 +940,11 @@ def _check_program(instructions, segments, n_leaves, n_params, n_rows):
     return instructions, segments
 
 
-def _load(values, index, start, step, runs, rows, name):
+def _load(values, index, start, step, offset, runs, rows, name):
     """Rows ``0 .. rows - 1`` of a leaf (its runs checked against its index)."""
     positions = start + step * np.arange(rows, dtype=INDEX_DTYPE)
+    if index is None:
+        positions = positions + offset
     for kind, array in (("index", index), ("values", values)):
         if array is None:
             continue
@@ -952,11 +954,11 @@ def _load(values, index, start, step, runs, rows, name):
             index = np.asarray(index, dtype=INDEX_DTYPE)
             _check_runs("run_program " + name, index, None if runs is None
                         else np.asarray(runs, dtype=INDEX_DTYPE))
-            positions = index[positions]
+            positions = index[positions] + offset
     return np.asarray(values, dtype=np.float64)[positions]
 
 
-def run_program(instructions, segments, leaves, params, owners, adds, indptr):
+def run_program(instructions, segments, leaves, params, owners, adds, indptr, indices=None):
     """The data of a Jacobian by a program of :mod:`sparsegrad._trace`.
 
     A program computes, for every row of each of its segments, values from
@@ -983,11 +985,11 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
         rows ``first ..`` of the result, with buffers ``0 .. buffers - 1``,
         and store slots ``0 .. slots - 1``.  Segments do not overlap, and
         the places of their rows are all the places.
-    leaves : sequence of (values, index, start, step, runs)
-        Row ``j`` of a leaf is ``values[index[start + step * j]]``, or
-        ``values[start + step * j]`` for ``index`` None (float64 values, int64
-        index); ``runs`` None or :func:`index_runs` of ``index`` (the compiled
-        loop then copies run by run).
+    leaves : sequence of (values, index, start, step, offset, runs)
+        Row ``j`` of a leaf is ``values[index[start + step * j] + offset]``,
+        or ``values[start + step * j + offset]`` for ``index`` None (float64
+        values, int64 index); ``runs`` None or :func:`index_runs` of
+        ``index`` (the compiled loop then copies run by run).
     params : float64 array
     owners : uint8 or uint16 array, one per place
         The slot of the place's segment whose value the place takes.
@@ -998,17 +1000,21 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     indptr : int32 or int64 array
         The result's rows: row ``r`` holds places ``indptr[r] .. indptr[r +
         1] - 1`` of its data.
+    indices : array like ``indptr``, optional
+        The pattern's columns: copies of ``indptr`` and ``indices`` are then
+        returned with the data (the compiled loop copies them with the data,
+        block by block).
 
     Returns
     -------
-    float64 array of ``indptr[-1]`` places
+    float64 array of ``indptr[-1]`` places, or ``(indptr, indices, data)``
 
     Examples
     --------
     >>> ops = {name: number for number, name in enumerate(PROGRAM_OPS)}
     >>> instructions = [(ops["load"], 0, 0, 0), (ops["exp"], 1, 0, 0),
     ...                 (ops["store"], 0, 1, 0)]
-    >>> leaves = [(np.array([0.0, 1.0]), None, 1, -1, None)]      # rows read 1, 0
+    >>> leaves = [(np.array([0.0, 1.0]), None, 1, -1, 0, None)]      # rows read 1, 0
     >>> run_program(instructions, [(2, 0, 3, 2, 0, 1)], leaves, np.zeros(0),
     ...             np.zeros(2, np.uint8), np.zeros((0, 4), int), np.array([0, 1, 2]))
     array([2.71828183, 1.        ])
@@ -1068,4 +1074,9 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     order = np.lexsort((adds[:, 2], adds[:, 1], adds[:, 0])) if len(adds) else None
     if order is not None and (order != np.arange(len(adds))).any():
         raise ValueError("run_program: adds must be sorted by segment, row and slot")
-    return out
+    if indices is None:
+        return out
+    indices = np.asarray(indices)
+    if indices.shape != (nnz,):
+        raise ValueError("run_program: indices must hold %d places" % nnz)
+    return np.array(indptr, copy=True), indices.copy(), out
