@@ -236,6 +236,8 @@ def _value_and_jacobian(f, argnums, format, hstack, name, trace=False):
             if recorded is not None:
                 return recorded[0], _convert(recorded[1], format)
         array, matrix, sizes = _evaluate(f, positions, args, kwargs, False, name)
+        if recorder is not None:
+            recorder.settled()
         return array, _split(matrix, sizes, single, hstack, format)
 
     _name(value_and_jacobian_of_f, f, "value_and_jacobian")

@@ -235,6 +235,13 @@ class Traced(NDArrayOperatorsMixin):
             return self.tape.add(("concatenate", tuple(parts)), np.concatenate(values))
         raise Untraceable(getattr(func, "__name__", str(func)))
 
+    def __getattr__(self, name):
+        # (a method of ndarrays the light values do not have -- reshape, sum,
+        # astype: the eager way has them; protocol probes get AttributeError)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise Untraceable("the attribute %r" % name)
+
     def __array__(self, *args, **kwargs):
         raise Untraceable("a conversion to an ndarray")
 
@@ -774,12 +781,16 @@ def compile_tape(tape, output):
 
     Raises :class:`Untraceable` for what it does not compile.
     """
-    E = _Expressions()
-    cols = _Columns()
     try:
-        terms = _propagate(E, tape, cols)[output]
+        return _compile(tape, output)
     except RecursionError:
         raise Untraceable("a chain of operations too deep") from None
+
+
+def _compile(tape, output):
+    E = _Expressions()
+    cols = _Columns()
+    terms = _propagate(E, tape, cols)[output]
     m, n = tape.lengths[output], tape.size
     leaves, params = {}, {}
 
@@ -796,6 +807,7 @@ def compile_tape(tape, output):
             e = E.compose(e, (-1, offset, 1, 0), stop - start)
             key = (c, offset)
             combined[key] = e if key not in combined else E.add(combined[key], e)
+        _share_scalings(E, combined)
         roots = []
         for slot, ((c, offset), e) in enumerate(combined.items()):
             roots.append((e, slot))
@@ -867,6 +879,31 @@ def compile_tape(tape, output):
     return program
 
 
+def _share_scalings(E, roots):
+    """Roots ``(x * y) * s`` with a factor ``y`` scaled by the same ``s`` in
+    other roots too become ``x * (y * s)``: the scaled factor is then
+    computed once per block, not one scaling per root (the residual's ``/
+    eta`` and its sign, on every entry of a row).  ``roots``: a dict of
+    expressions, rewritten in place."""
+    uses = collections.Counter()
+    for e in roots.values():
+        form = E.forms[e]
+        if form[0] == "scale" and E.forms[form[1]][0] == "multiply":
+            for factor in E.forms[form[1]][1:]:
+                uses[(factor, form[2])] += 1
+    for key, e in roots.items():
+        form = E.forms[e]
+        if not (form[0] == "scale" and E.forms[form[1]][0] == "multiply"):
+            continue
+        a, b = E.forms[form[1]][1:]
+        if uses[(a, form[2])] > uses[(b, form[2])]:
+            a, b = b, a
+        if uses[(b, form[2])] >= 2:
+            # (made as they are: the builders would take the scaling out again)
+            scaled = E.make(("scale", b, form[2]))
+            roots[key] = E.make(("multiply",) + tuple(sorted((a, scaled))))
+
+
 #: the most terms a segment's rows may have (its slots: a place's owner is a uint16)
 _MAX_SLOTS = 65536
 
@@ -920,6 +957,7 @@ class Recorder:
         self._hits = self._misses = self._fallbacks = 0
         self._refused = None      # why the function is not recorded (None: it is)
         self._keep = None         # the nodes whose values the last program read
+        self._error_seen = None   # an error of the function on light values
 
     def info(self):
         with self._lock:
@@ -933,6 +971,7 @@ class Recorder:
             self._hits = self._misses = self._fallbacks = 0
             self._refused = None
             self._keep = None
+            self._error_seen = None
 
     @property
     def refused(self):
@@ -953,8 +992,10 @@ class Recorder:
             result = f(Traced(x, 0, tape), *args, **kwargs)
         except Untraceable as exc:
             return str(exc)
-        except Exception:
-            # (the eager way raises it again, with its own message)
+        except Exception as exc:
+            # (the eager way raises it again, with its own message; if it does
+            # not, the error was the light values': see settled)
+            self._error_seen = "%s: %s" % (type(exc).__name__, exc)
             return ""
         if type(result) is not Traced or result.tape is not tape:
             return "a result that is not a 1-d value of the argument"
@@ -1010,3 +1051,12 @@ class Recorder:
         with self._lock:
             self._fallbacks += 1
         return None
+
+    def settled(self):
+        """Called after the eager way computed a call this recorder gave up: an
+        error of the function on light values that the eager way did not
+        raise refuses the function from then on (it would be run twice at
+        every call)."""
+        if self._error_seen is not None and self._refused is None:
+            self._refused = "an error on light values only (%s)" % self._error_seen
+        self._error_seen = None

@@ -283,6 +283,39 @@ def test_what_the_recorder_does_not_take_goes_the_eager_way(f):
     assert info.fallbacks == 2 and info.programs == 0
 
 
+def test_a_method_of_ndarrays_goes_the_eager_way_once_refused():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return x.reshape(-1) * 2.0 + x.sum()
+
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for _ in range(3):
+        value, J = g(POSITIVE)
+        assert_same_as_eager(f, POSITIVE, value, J)
+    # (refused at the first call: later calls do not try the light values
+    # again): once on light values, three times the eager way, three checks
+    assert len(calls) == 1 + 3 + 3
+    assert "reshape" in g.cache_info.__self__.refused
+
+
+def test_an_error_only_light_values_raise_refuses_the_function():
+    calls = []
+
+    def f(x):
+        calls.append(type(x).__name__)
+        if type(x).__name__ == "Traced":
+            raise RuntimeError("not for light values")
+        return x * 2.0
+
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for _ in range(3):
+        g(POSITIVE)
+    assert calls.count("Traced") == 1
+    assert "RuntimeError" in g.cache_info.__self__.refused
+
+
 def test_the_reason_is_kept():
     recorder = _trace.Recorder()
     assert recorder.value_and_jacobian(lambda x: np.cumsum(x), POSITIVE, (), {}) is None
