@@ -5,6 +5,9 @@ in ``_Suite``, and time exactly what their names say:
 
 ``time_residual``            the plain numpy residual ``F(x)``
 ``time_value_and_jacobian``  ``F(forward.seed(x)).dvalue``
+``time_value_and_jacobian_traced``  ``value_and_jacobian(F, trace=True)(x)`` after
+                             its first call (the recorded evaluation of issue 4;
+                             a problem it does not take goes the eager way)
 ``time_sparsity``            ``F(forward.seed_sparsity(x)).dvalue``
 ``peakmem_value_and_jacobian``  peak resident memory of a Jacobian evaluation
 ``time_first_three_evaluations``  three evaluations from an empty structure cache:
@@ -18,6 +21,8 @@ benchmarks measure ratios side by side in one process (``ratios.measure_times``:
 interleaved repeats, median):
 
 ``track_jacobian_ratio``     value+Jacobian time / residual time
+``track_traced_ratio_on_pool``  the recorded evaluation's time / the residual's,
+                             both on the memory pool (issue 4's repeated target)
 ``track_sparsity_ratio``     seed_sparsity time / seed time
 ``track_memory_ratio``       peak traced extra memory / bytes of the Jacobian
 
@@ -49,9 +54,14 @@ class _Suite:
 
     def setup(self, n):
         self.residual, self.x0 = self.problem.setup(n)
+        self.traced = sparsegrad.value_and_jacobian(self.residual, trace=True)
+        self.traced(self.x0)            # (compiles the program)
 
     def time_residual(self, n):
         self.residual(self.x0)
+
+    def time_value_and_jacobian_traced(self, n):
+        self.traced(self.x0)
 
     def time_value_and_jacobian(self, n):
         self.residual(forward.seed(self.x0)).dvalue
@@ -91,6 +101,11 @@ class _Ratios:
         return measure_times(self.residual, self.x0, repeats=self.ratio_repeats,
                              min_time=self.ratio_min_time, sparsity=False,
                              fault_free=True)["ratio_pool"]
+
+    def track_traced_ratio_on_pool(self, n):
+        return measure_times(self.residual, self.x0, repeats=self.ratio_repeats,
+                             min_time=self.ratio_min_time, sparsity=False,
+                             traced=True)["traced_ratio_pool"]
 
     def track_sparsity_ratio(self, n):
         return measure_times(self.residual, self.x0, repeats=self.ratio_repeats,

@@ -174,11 +174,13 @@ def test_asv_suites_callable():
         bench.time_sparsity(n)
         bench.peakmem_value_and_jacobian(n)
         bench.time_first_three_evaluations(n)
+        bench.time_value_and_jacobian_traced(n)
     bench = benchmarks.PoissonBoltzmannRatios()
     bench.ratio_repeats, bench.ratio_min_time = 2, 0.0
     bench.setup(12)
     assert bench.track_jacobian_ratio(12) > 0
     assert bench.track_jacobian_ratio_on_pool(12) > 0
+    assert bench.track_traced_ratio_on_pool(12) > 0
     assert 0 < bench.track_sparsity_ratio(12)
     assert bench.track_memory_ratio(12) > 0
 
@@ -241,14 +243,16 @@ def test_repeated_target_judged_against_the_residual_on_the_pool(monkeypatch, ca
     monkeypatch.setitem(ratios.REPEATED_TARGETS, ("sw", 4), 1e9)
     result = ratios.measure("sw", 4, repeats=3, min_time=0, memory=False)
     assert result["residual_pool_s"] > 0 and result["ratio_pool"] > 0
+    assert result["traced_s"] > 0 and result["traced_ratio_pool"] > 0
     assert result["repeated_pass"] is True
     monkeypatch.setitem(ratios.REPEATED_TARGETS, ("sw", 4), 1e-9)
     failing = ratios.measure("sw", 4, repeats=3, min_time=0, memory=False)
     assert failing["repeated_pass"] is False
     (failure,) = [f for f in ratios.failures([failing], []) if "repeated" in f]
-    assert "%.2fx" % failing["ratio_pool"] in failure
+    assert "%.2fx" % failing["traced_ratio_pool"] in failure
     ratios.report([failing], [], out=print)
-    assert "the residual on the pool" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "the residual on the pool" in printed and "trace=True" in printed
     # without a repeated target (or a Jacobian by hand) the pool's residual is not timed
     plain = ratios.measure("pb", 10, repeats=1, min_time=0, memory=False)
     assert plain["repeated_pass"] is None and "ratio_pool" not in plain
