@@ -186,8 +186,10 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=Fal
         constant, ``exp``, ``log``, ``sqrt``, ``sin``, ``cos``, ``tanh``,
         ...), reads by slices and integer arrays and ``np.concatenate``;
         a call that uses anything else is computed the usual way, and
-        ``f`` may then run twice in that call.  The returned function has
-        ``cache_info()`` and ``cache_clear()``.
+        ``f`` may then run twice in that call.  The matrices of one
+        recorded path share their (read-only) ``indices`` and ``indptr``;
+        copy a matrix before changing its pattern in place.  The returned
+        function has ``cache_info()`` and ``cache_clear()``.
 
     Returns
     -------

@@ -251,6 +251,26 @@ def test_a_new_shape_compiles_again():
     assert g.cache_info().misses == 2 and g.cache_info().hits == 1
 
 
+def test_matrices_share_a_read_only_pattern():
+    f = lambda x: np.exp(x[1:]) * x[:-1] - x[1:] * x[:-1]
+    g = sparsegrad.jacobian(f, trace=True)
+    J1, J2 = g(POSITIVE), g(POSITIVE * 2.0)
+    assert np.shares_memory(J1.indices, J2.indices)
+    assert np.shares_memory(J1.indptr, J2.indptr)
+    assert not J1.indices.flags.writeable and not J1.indptr.flags.writeable
+    assert J1.data is not J2.data and J1.data.flags.writeable
+    J1.data[:] = 0.0                       # a matrix's values are its own
+    np.testing.assert_array_equal(J2.toarray(), g(POSITIVE * 2.0).toarray())
+    J1.sort_indices()
+    J1.sum_duplicates()                    # (canonical already: nothing to write)
+    with pytest.raises(ValueError, match="read-only"):
+        J1.eliminate_zeros()               # a change of the pattern in place: loud
+    J3 = g(np.where(POSITIVE > 1.0, POSITIVE, 0.0))   # (stored zeros in the pattern)
+    copy = J3.copy()
+    copy.eliminate_zeros()
+    assert copy.nnz < J3.nnz
+
+
 def test_programs_are_bounded_and_cleared():
     f = lambda x: x[1:] * x[:-1]
     g = sparsegrad.value_and_jacobian(f, trace=True)

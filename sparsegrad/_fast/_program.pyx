@@ -146,8 +146,8 @@ cdef extern from *:
 
 cdef extern from *:
     """
-    /* the result's data and its copy of the indices are written front to
-       back, once, a block's places at a time: written past the caches
+    /* the result's data is written front to back, once, a block's places at
+       a time: written past the caches
        (reading their lines in first, as plain stores do, would double the
        memory traffic); sg_fence() before the result is handed on */
     #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -215,9 +215,6 @@ cdef struct Part:
     int64_t n_adds
     const void* indptr        # the result's, int32 or int64
     bint wide_indptr
-    const void* indices       # NULL, or the pattern's indices, copied to indices_out
-    void* indices_out
-    int index_size
     double* out
     int64_t nnz
     int64_t part, n_parts
@@ -449,10 +446,6 @@ cdef void _run_part(void* arg) noexcept nogil:
                 p.fault = _places(p, first_row, b0, n, slots, slab, stage)
             if p.fault == FAULT_NONE:
                 sg_stream_copy(p.out + lo, stage, (hi - lo) * sizeof(double))
-                if p.indices != NULL:
-                    sg_stream_copy(<char*>p.indices_out + lo * p.index_size,
-                                   <const char*>p.indices + lo * p.index_size,
-                                   (hi - lo) * p.index_size)
                 sg_fence()   # (the adds below read places just streamed out)
             # (then the block's adds, in the order of their slots)
             while p.fault == FAULT_NONE and k < p.n_adds:
@@ -596,7 +589,7 @@ cdef bint _leaf_ok(object leaf):
             and type(start) is int and type(step) is int and type(offset) is int)
 
 
-def run_program(instructions, segments, leaves, params, owners, adds, indptr, indices=None):
+def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     """The data of a Jacobian by a program of :mod:`sparsegrad._trace`.
 
     Contract of :func:`sparsegrad._fast._reference.run_program`; arrays of
@@ -609,11 +602,9 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr, in
             and indptr.shape[0] >= 1
             and (_vector(owners, cnp.NPY_UINT8) or _vector(owners, cnp.NPY_UINT16))
             and _table(instructions, 4) and _table(segments, 6) and _table(adds, 4)
-            and all(_leaf_ok(leaf) for leaf in leaves)
-            and (indices is None or (_vector(indices, cnp.PyArray_TYPE(<cnp.ndarray>indptr))
-                                     and indices.shape[0] == int(indptr[indptr.shape[0] - 1])))):
+            and all(_leaf_ok(leaf) for leaf in leaves)):
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr, indices)
+                                      indptr)
     cdef int64_t n_rows = indptr.shape[0] - 1
     cdef int64_t nnz = int(indptr[n_rows])
     cdef bint wide_indptr = cnp.PyArray_TYPE(<cnp.ndarray>indptr) == cnp.NPY_INT64
@@ -625,7 +616,7 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr, in
                        <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>adds), adds.shape[0],
                        cnp.PyArray_DATA(<cnp.ndarray>indptr), wide_indptr, n_rows)):
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr, indices)
+                                      indptr)
     cdef int64_t n_segments = segments.shape[0]
     cdef int64_t rows = int(segments[:, 0].sum())
     cdef Py_ssize_t k, n_leaves = len(leaves), n_parts = 1, q
@@ -637,9 +628,8 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr, in
     covered = sum(int(indptr[first + m]) - int(indptr[first]) for first, m in spans)
     if covered != nnz or any(a[0] + a[1] > b[0] for a, b in zip(spans, spans[1:])):
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr, indices)
+                                      indptr)
     out = np.empty(nnz, dtype=np.float64)
-    indices_out = None if indices is None else np.empty_like(indices)
     cdef Leaf* ls = <Leaf*>calloc(n_leaves if n_leaves else 1, sizeof(Leaf))
     cdef Part* parts = <Part*>calloc(n_parts, sizeof(Part))
     cdef _Runner runner
@@ -674,10 +664,6 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr, in
             parts[q].indptr = cnp.PyArray_DATA(<cnp.ndarray>indptr)
             parts[q].wide_indptr = wide_indptr
             parts[q].out = <double*>cnp.PyArray_DATA(<cnp.ndarray>out)
-            if indices is not None:
-                parts[q].indices = cnp.PyArray_DATA(<cnp.ndarray>indices)
-                parts[q].indices_out = cnp.PyArray_DATA(<cnp.ndarray>indices_out)
-                parts[q].index_size = indices.itemsize
             parts[q].nnz = nnz
             parts[q].part = q
             parts[q].n_parts = n_parts
@@ -697,7 +683,5 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr, in
     if fault != FAULT_NONE:
         # (the reference names what is wrong)
         return _reference.run_program(instructions, segments, leaves, params, owners, adds,
-                                      indptr, indices)
-    if indices is None:
-        return out
-    return indptr.copy(), indices_out, out
+                                      indptr)
+    return out

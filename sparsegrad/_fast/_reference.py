@@ -958,7 +958,7 @@ def _load(values, index, start, step, offset, runs, rows, name):
     return np.asarray(values, dtype=np.float64)[positions]
 
 
-def run_program(instructions, segments, leaves, params, owners, adds, indptr, indices=None):
+def run_program(instructions, segments, leaves, params, owners, adds, indptr):
     """The data of a Jacobian by a program of :mod:`sparsegrad._trace`.
 
     A program computes, for every row of each of its segments, values from
@@ -1000,14 +1000,10 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr, in
     indptr : int32 or int64 array
         The result's rows: row ``r`` holds places ``indptr[r] .. indptr[r +
         1] - 1`` of its data.
-    indices : array like ``indptr``, optional
-        The pattern's columns: copies of ``indptr`` and ``indices`` are then
-        returned with the data (the compiled loop copies them with the data,
-        block by block).
 
     Returns
     -------
-    float64 array of ``indptr[-1]`` places, or ``(indptr, indices, data)``
+    float64 array of ``indptr[-1]`` places
 
     Examples
     --------
@@ -1074,9 +1070,4 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr, in
     order = np.lexsort((adds[:, 2], adds[:, 1], adds[:, 0])) if len(adds) else None
     if order is not None and (order != np.arange(len(adds))).any():
         raise ValueError("run_program: adds must be sorted by segment, row and slot")
-    if indices is None:
-        return out
-    indices = np.asarray(indices)
-    if indices.shape != (nnz,):
-        raise ValueError("run_program: indices must hold %d places" % nnz)
-    return np.array(indptr, copy=True), indices.copy(), out
+    return out
