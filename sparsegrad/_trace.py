@@ -111,6 +111,16 @@ def _is_scalar(x):
             and not isinstance(x, np.ndarray))
 
 
+def _operators(ufunc):
+    """The operator and its reflection of a binary ufunc, for :class:`Traced`."""
+    def operator(self, other):
+        return self._apply(ufunc, (self, other))
+
+    def reflected(self, other):
+        return self._apply(ufunc, (other, self))
+    return operator, reflected
+
+
 class Traced(NDArrayOperatorsMixin):
     """A light value: a 1-d float64 ndarray and its node on a :class:`Tape`.
 
@@ -175,32 +185,11 @@ class Traced(NDArrayOperatorsMixin):
 
     # (the common operators straight to the recording, past numpy's dispatch:
     # what np.multiply(self, other) would do with the operands taken here)
-    def __add__(self, other):
-        return self._apply(np.add, (self, other))
-
-    def __radd__(self, other):
-        return self._apply(np.add, (other, self))
-
-    def __sub__(self, other):
-        return self._apply(np.subtract, (self, other))
-
-    def __rsub__(self, other):
-        return self._apply(np.subtract, (other, self))
-
-    def __mul__(self, other):
-        return self._apply(np.multiply, (self, other))
-
-    def __rmul__(self, other):
-        return self._apply(np.multiply, (other, self))
-
-    def __truediv__(self, other):
-        return self._apply(np.divide, (self, other))
-
-    def __rtruediv__(self, other):
-        return self._apply(np.divide, (other, self))
-
-    def __pow__(self, other):
-        return self._apply(np.power, (self, other))
+    __add__, __radd__ = _operators(np.add)
+    __sub__, __rsub__ = _operators(np.subtract)
+    __mul__, __rmul__ = _operators(np.multiply)
+    __truediv__, __rtruediv__ = _operators(np.divide)
+    __pow__, _ = _operators(np.power)
 
     def __neg__(self):
         return self._apply(np.negative, (self,))
@@ -282,8 +271,8 @@ class _Expressions:
         self.ids = {}
         self.forms = []
         self.values = {}       # node -> the expression of its value, where inlined
-        self.arrays = []       # maps' materialised row numbers
-        self._array_ids = {}
+        self.array = _Arrays()   # maps' materialised row numbers
+        self.arrays = self.array.arrays
         self._composed = {}
 
     def make(self, form):
@@ -400,13 +389,6 @@ class _Expressions:
 
     def op(self, name, *args):
         return self.make((name,) + args)
-
-    def array(self, key, make):
-        i = self._array_ids.get(key)
-        if i is None:
-            i = self._array_ids[key] = len(self.arrays)
-            self.arrays.append(np.ascontiguousarray(make(), dtype=np.int64))
-        return i
 
     def compose_map(self, f, g, length):
         """The map ``j -> f(g(j))`` for ``length`` rows (``g`` into ``f``'s rows)."""
@@ -672,9 +654,10 @@ def _propagate(E, tape, cols):
     return terms
 
 
-class _Columns:
-    """Column arrays of terms, one per derivation (so that terms of the same
-    columns are recognised by their id and added)."""
+class _Arrays:
+    """int64 arrays by the keys of their derivations: ``self(key, make)`` is
+    the number of the array ``make()`` gives, made once per key (so that terms
+    of the same columns, or leaves of the same map, are recognised by it)."""
 
     def __init__(self):
         self.arrays = []
@@ -788,7 +771,7 @@ def compile_tape(tape, output):
 
 def _compile(tape, output):
     E = _Expressions()
-    cols = _Columns()
+    cols = _Arrays()
     terms = _propagate(E, tape, cols)[output]
     m, n = tape.lengths[output], tape.size
     leaves, params = {}, {}

@@ -491,3 +491,30 @@ def test_run_program_by_runs_and_by_rows_agree():
             args[2] = [(values, index, start, 1, offset, leaf_runs)]
             np.testing.assert_array_equal(_fast.run_program(*args), expected)
             np.testing.assert_array_equal(reference.run_program(*args), expected)
+
+
+@pytest.mark.parametrize("name", ["negative", "exp", "log", "sqrt", "sin", "cos", "tanh",
+                                  "add", "subtract", "multiply", "divide",
+                                  "power", "scale", "shift", "rdivide", "param"])
+def test_every_opcode_against_numpy(name):
+    rows = 700                                  # (more than a block)
+    values = np.linspace(0.2, 3.0, rows)
+    c = 1.7
+    numpy = {"negative": lambda a: -a, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+             "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+             "add": lambda a: a + a[::-1], "subtract": lambda a: a - a[::-1],
+             "multiply": lambda a: a * a[::-1], "divide": lambda a: a / a[::-1],
+             "power": lambda a: a ** c, "scale": lambda a: a * c, "shift": lambda a: a + c,
+             "rdivide": lambda a: c / a, "param": lambda a: np.full_like(a, c)}[name]
+    op = OPS[name]
+    load = [(OPS["load"], 0, 0, 0), (OPS["load"], 1, 1, 0)]
+    # (a binary op reads buffers 0 and 1; the others buffer 0 or params[0])
+    body = [(op, 2, 0, 1 if name in ("add", "subtract", "multiply", "divide") else 0)]
+    instructions = np.array(load + body + [(OPS["store"], 0, 2, 0)], dtype=np.int64)
+    args = [instructions, np.array([(rows, 0, len(instructions), 3, 0, 1)], dtype=np.int64),
+            [(values, None, 0, 1, 0, None), (values, None, rows - 1, -1, 0, None)],
+            np.array([c]), np.zeros(rows, dtype=np.uint8), np.zeros((0, 4), dtype=np.int64),
+            np.arange(rows + 1, dtype=np.int32)]
+    expected = numpy(values)
+    for run in (_fast.run_program, reference.run_program):
+        np.testing.assert_allclose(run(*args), expected, rtol=1e-15, atol=0)

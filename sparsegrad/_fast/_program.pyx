@@ -14,7 +14,6 @@ bad one stops the loop, and the reference then names it in a ValueError).
 """
 cimport cython
 cimport numpy as cnp
-from libc.math cimport cos, exp, log, pow, sin, sqrt, tanh
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
@@ -89,9 +88,18 @@ cdef extern from *:
     SG_BY_SCALAR(sg_scale, a[j] * c)
     SG_BY_SCALAR(sg_shift, a[j] + c)
     SG_BY_SCALAR(sg_rdiv, c / a[j])
-    SG_CLONES static void sg_neg(double* SG_RESTRICT d, const double* SG_RESTRICT a, long long n) {
-        for (long long j = 0; j < n; j++) d[j] = -a[j];
-    }
+    #define SG_UNARY(name, expr) \
+        SG_CLONES static void name(double* SG_RESTRICT d, const double* SG_RESTRICT a, \
+                                   long long n) { \
+            for (long long j = 0; j < n; j++) d[j] = (expr); }
+    SG_UNARY(sg_neg, -a[j])
+    SG_UNARY(sg_exp, exp(a[j]))
+    SG_UNARY(sg_log, log(a[j]))
+    SG_UNARY(sg_sqrt, sqrt(a[j]))
+    SG_UNARY(sg_sin, sin(a[j]))
+    SG_UNARY(sg_cos, cos(a[j]))
+    SG_UNARY(sg_tanh, tanh(a[j]))
+    SG_BY_SCALAR(sg_pow, pow(a[j], c))
     SG_CLONES static void sg_fill(double* SG_RESTRICT d, double c, long long n) {
         for (long long j = 0; j < n; j++) d[j] = c;
     }
@@ -104,6 +112,13 @@ cdef extern from *:
     void sg_shift(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_rdiv(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_neg(double* d, const double* a, long long n) noexcept nogil
+    void sg_exp(double* d, const double* a, long long n) noexcept nogil
+    void sg_log(double* d, const double* a, long long n) noexcept nogil
+    void sg_sqrt(double* d, const double* a, long long n) noexcept nogil
+    void sg_sin(double* d, const double* a, long long n) noexcept nogil
+    void sg_cos(double* d, const double* a, long long n) noexcept nogil
+    void sg_tanh(double* d, const double* a, long long n) noexcept nogil
+    void sg_pow(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_fill(double* d, double c, long long n) noexcept nogil
 
 cdef extern from *:
@@ -132,17 +147,20 @@ cdef extern from *:
     SG_PLACES(sg_places_8_64, unsigned char, long long)
     SG_PLACES(sg_places_16_32, unsigned short, int)
     SG_PLACES(sg_places_16_64, unsigned short, long long)
+    /* rows from `ip` on, owners of one byte or two, row bounds int32 or int64 */
+    static int sg_places(double* stage, const double* slab, const void* owners, int wide_owners,
+                         const void* ip, int wide_ip, long long n, long long slots,
+                         long long stride, long long nnz) {
+        if (wide_owners)
+            return wide_ip ? sg_places_16_64(stage, slab, owners, ip, n, slots, stride, nnz)
+                           : sg_places_16_32(stage, slab, owners, ip, n, slots, stride, nnz);
+        return wide_ip ? sg_places_8_64(stage, slab, owners, ip, n, slots, stride, nnz)
+                       : sg_places_8_32(stage, slab, owners, ip, n, slots, stride, nnz);
+    }
     """
-    int sg_places_8_32(double* stage, const double* slab, const uint8_t* owners, const int32_t* ip,
-                       long long n, long long slots, long long stride, long long nnz) noexcept nogil
-    int sg_places_8_64(double* stage, const double* slab, const uint8_t* owners, const int64_t* ip,
-                       long long n, long long slots, long long stride, long long nnz) noexcept nogil
-    int sg_places_16_32(double* stage, const double* slab, const uint16_t* owners,
-                        const int32_t* ip, long long n, long long slots, long long stride,
-                        long long nnz) noexcept nogil
-    int sg_places_16_64(double* stage, const double* slab, const uint16_t* owners,
-                        const int64_t* ip, long long n, long long slots, long long stride,
-                        long long nnz) noexcept nogil
+    int sg_places(double* stage, const double* slab, const void* owners, int wide_owners,
+                  const void* ip, int wide_ip, long long n, long long slots, long long stride,
+                  long long nnz) noexcept nogil
 
 cdef extern from *:
     """
@@ -181,6 +199,18 @@ cdef extern from *:
     """
     void sg_fence() noexcept nogil
     void sg_stream_copy(void* dst, const void* src, long long nbytes) noexcept nogil
+
+ctypedef void (*unary_loop)(double* d, const double* a, long long n) noexcept nogil
+
+# the loops of the unary opcodes, by opcode (NULL for the others)
+cdef unary_loop UNARY_LOOPS[N_OPS]
+UNARY_LOOPS[OP_NEG] = sg_neg
+UNARY_LOOPS[OP_EXP] = sg_exp
+UNARY_LOOPS[OP_LOG] = sg_log
+UNARY_LOOPS[OP_SQRT] = sg_sqrt
+UNARY_LOOPS[OP_SIN] = sg_sin
+UNARY_LOOPS[OP_COS] = sg_cos
+UNARY_LOOPS[OP_TANH] = sg_tanh
 
 # rows of a program from which it runs in parts, one per thread
 cdef int64_t PARALLEL_ROWS = 1 << 15
@@ -298,7 +328,6 @@ cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t 
     cdef double* d
     cdef const double* a
     cdef const double* b
-    cdef double c
     cdef const int64_t* ins
     for i in range(first, last):
         ins = p.instructions + 4 * i
@@ -327,30 +356,10 @@ cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t 
             sg_rdiv(d, a, p.params[ins[3]], n)
         elif op == OP_PARAM:
             sg_fill(d, p.params[ins[2]], n)
-        elif op == OP_NEG:
-            sg_neg(d, a, n)
-        elif op == OP_EXP:
-            for j in range(n):
-                d[j] = exp(a[j])
-        elif op == OP_LOG:
-            for j in range(n):
-                d[j] = log(a[j])
-        elif op == OP_SQRT:
-            for j in range(n):
-                d[j] = sqrt(a[j])
-        elif op == OP_SIN:
-            for j in range(n):
-                d[j] = sin(a[j])
-        elif op == OP_COS:
-            for j in range(n):
-                d[j] = cos(a[j])
-        elif op == OP_TANH:
-            for j in range(n):
-                d[j] = tanh(a[j])
-        else:  # OP_POW (checked on entry)
-            c = p.params[ins[3]]
-            for j in range(n):
-                d[j] = pow(a[j], c)
+        elif op == OP_POW:
+            sg_pow(d, a, p.params[ins[3]], n)
+        else:  # (the unary loops: checked on entry)
+            UNARY_LOOPS[op](d, a, n)
     return FAULT_NONE
 
 
@@ -367,21 +376,11 @@ cdef int _places(const Part* p, int64_t first_row, int64_t j0, int64_t n, int64_
     """The places of rows ``j0 .. j0 + n - 1`` of a segment, in order, each
     from the slab of its owner, staged from the block's first place on."""
     cdef int64_t row = first_row + j0
-    cdef int got
-    if p.wide_owners:
-        if p.wide_indptr:
-            got = sg_places_16_64(stage, slab, <const uint16_t*>p.owners,
-                                  <const int64_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
-        else:
-            got = sg_places_16_32(stage, slab, <const uint16_t*>p.owners,
-                                  <const int32_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
-    elif p.wide_indptr:
-        got = sg_places_8_64(stage, slab, <const uint8_t*>p.owners,
-                             <const int64_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
-    else:
-        got = sg_places_8_32(stage, slab, <const uint8_t*>p.owners,
-                             <const int32_t*>p.indptr + row, n, slots, STRIDE, p.nnz)
-    return FAULT_NONE if got == 0 else FAULT_PLACE
+    cdef const void* ip = (<const char*>p.indptr) + row * (8 if p.wide_indptr else 4)
+    if sg_places(stage, slab, p.owners, p.wide_owners, ip, p.wide_indptr, n, slots, STRIDE,
+                 p.nnz) != 0:
+        return FAULT_PLACE
+    return FAULT_NONE
 
 
 cdef int64_t _first_add(const Part* p, int64_t s, int64_t j0) noexcept nogil:
