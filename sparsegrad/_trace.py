@@ -895,25 +895,26 @@ def _owners(codes, pieces, segments, nnz):
     the slot whose value each place takes first, and the later values added."""
     owners = np.zeros(nnz, dtype=np.uint8 if max(
         [s[5] for s in segments] + [1]) <= 256 else np.uint16)
-    owned = np.zeros(nnz, dtype=bool)
-    adds = []
-    slot_of = {}
-    for k, (c, first, segment) in enumerate(pieces):
-        slot_of[k] = slot_of.get(("next", segment), 0)
-        slot_of[("next", segment)] = slot_of[k] + 1
-        code = np.asarray(codes[k], dtype=np.int64)
-        stores = (code >= 0) & (code % 2 == 0)
-        owners[code[stores] >> 1] = slot_of[k]
-        owned[code[stores] >> 1] = True
-        later = np.flatnonzero((code >= 0) & (code % 2 == 1))
-        adds.append(np.stack([np.full(len(later), segment), later, np.full(len(later), slot_of[k]),
-                              code[later] >> 1], axis=1))
-    if not owned.all():
+    stored, adds, slot, previous = 0, [], 0, None
+    for code, (_, _, segment) in zip(codes, pieces):
+        # (a piece's slot: its number among its segment's pieces, consecutive)
+        slot = slot + 1 if segment == previous else 0
+        previous = segment
+        code = np.asarray(code)
+        places = code >> 1
+        later = (code & 1).astype(bool) & (code >= 0)
+        first = ~later & (code >= 0)
+        owners[places[first]] = slot
+        stored += np.count_nonzero(first)
+        if later.any():
+            rows = np.flatnonzero(later)
+            adds.append(np.stack([np.full(len(rows), segment), rows, np.full(len(rows), slot),
+                                  places[rows]], axis=1))
+    if stored != nnz:
         raise Untraceable("a merge plan that leaves places empty")
     adds = np.concatenate(adds) if adds else np.zeros((0, 4), dtype=np.int64)
-    adds = np.ascontiguousarray(adds[np.lexsort((adds[:, 2], adds[:, 1], adds[:, 0]))],
-                                dtype=np.int64).reshape(-1, 4)
-    return owners, adds
+    adds = adds[np.lexsort((adds[:, 2], adds[:, 1], adds[:, 0]))]
+    return owners, np.ascontiguousarray(adds, dtype=np.int64).reshape(-1, 4)
 
 
 # ---------------------------------------------------------------- recorder
