@@ -104,12 +104,13 @@ UNARY_SAFE = ["negative", "exp", "sin", "cos", "tanh", "square"]
 BINARY = [np.add, np.subtract, np.multiply]
 
 
-def random_program(seed):
+def random_program(seed, scale=1):
     """A random function of a 1-d x: ufuncs, slices, gathers (negative and
-    repeated indices too), concatenations and constants."""
+    repeated indices too), concatenations and constants (``x`` of 3 to 8 times
+    ``scale`` elements)."""
     rng = np.random.default_rng(seed)
     steps = []
-    lengths = [int(rng.integers(3, 9))]
+    lengths = [int(rng.integers(3, 9)) * scale]
     n = lengths[0]
     for _ in range(int(rng.integers(2, 12))):
         kind = rng.choice(["unary", "binary", "scalar", "slice", "gather", "concat", "divide"])
@@ -404,6 +405,22 @@ def test_threads_give_the_same_bits():
         sparsegrad.set_num_threads(previous)
     np.testing.assert_array_equal(results[0].data, results[1].data)
     assert_same_as_eager(f, x, *g(x))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_programs_of_two_parts(seed):
+    # (from 2**16 rows on, a program runs in two threads, the rows split)
+    f, n = random_program(seed, scale=12000)
+    x = np.random.default_rng(seed).normal(size=n)
+    previous = sparsegrad.get_num_threads()
+    try:
+        sparsegrad.set_num_threads(2)
+        g = sparsegrad.value_and_jacobian(f, trace=True)
+        for x in (x, x * 0.9):
+            value, J = g(x)
+            assert_same_as_eager(f, x, value, J)
+    finally:
+        sparsegrad.set_num_threads(previous)
 
 
 def small_program():
