@@ -535,3 +535,20 @@ def test_every_opcode_against_numpy(name):
     expected = numpy(values)
     for run in (_fast.run_program, reference.run_program):
         np.testing.assert_allclose(run(*args), expected, rtol=1e-15, atol=0)
+
+
+def test_newton_with_recorded_jacobians():
+    from sparsegrad.optimize import newton
+    n = 200
+    h = 1.0 / (n + 1)
+
+    def F(u, lam):
+        # 1-d Bratu, zero Dirichlet ends
+        padded = np.concatenate([np.zeros(1), u, np.zeros(1)])
+        return (padded[:-2] - 2 * u + padded[2:]) / h ** 2 + lam * np.exp(u)
+
+    eager = newton(F, np.zeros(n), args=(2.0,))
+    traced = newton(F, np.zeros(n), args=(2.0,), trace=True)
+    assert eager.success and traced.success
+    assert traced.nit == eager.nit and traced.njev == eager.njev
+    np.testing.assert_allclose(traced.x, eager.x, rtol=1e-12, atol=1e-14)
