@@ -125,7 +125,8 @@ class Traced(NDArrayOperatorsMixin):
     """A light value: a 1-d float64 ndarray and its node on a :class:`Tape`.
 
     Takes elementwise ufuncs of :data:`RULES`, reads by slices and integer
-    arrays and ``np.concatenate``; anything else raises :class:`Untraceable`.
+    arrays, ``np.roll`` by an integer and ``np.concatenate``; anything else
+    raises :class:`Untraceable`.
     """
 
     __slots__ = ("value", "node", "tape")
@@ -222,6 +223,15 @@ class Traced(NDArrayOperatorsMixin):
                 else:
                     raise Untraceable("np.concatenate of a %s" % type(part).__name__)
             return self.tape.add(("concatenate", tuple(parts)), np.concatenate(values))
+        if func is np.roll and len(args) == 2 and kwargs in ({}, {"axis": None}, {"axis": 0}):
+            a, shift = args
+            if (type(a) is Traced and a.tape is self.tape and _is_scalar(shift)
+                    and float(shift).is_integer()):
+                n = a.value.shape[0]
+                shift = int(shift) % n if n else 0
+                # (a gather by a map the shift decides: structure, no index array)
+                return self.tape.add(("roll", a.node, shift, n), np.roll(a.value, shift))
+            raise Untraceable("np.roll other than of a value by an integer")
         raise Untraceable(getattr(func, "__name__", str(func)))
 
     def __getattr__(self, name):
@@ -565,6 +575,18 @@ def _index_map(E, tape, source, k):
                    lambda: np.where(user < 0, user + n_source, user))
 
 
+def _gathered(E, tape, entry):
+    """``(key, rows, map)`` of a gather or a roll: what names its map in the
+    keys of derived arrays, its length and the map's array number."""
+    if entry[0] == "roll":
+        _, source, shift, n = entry
+        key = ("roll", shift, n)
+        return key, n, E.array(key, lambda: (np.arange(n) - shift) % n if n else
+                               np.zeros(0, dtype=np.int64))
+    _, source, k, m = entry
+    return id(tape.indexes[k]), m, _index_map(E, tape, source, k)
+
+
 def _inline(E, tape, node, entry):
     """``E.values[node]``: the value of ``node`` as an expression of its
     operands' values, for reads (slices, gathers: a leaf at other rows) and
@@ -573,10 +595,9 @@ def _inline(E, tape, node, entry):
     if kind == "slice":
         _, source, start, step, m = entry
         E.values[node] = E.compose(E.value(source), (-1, start, step, 0), m)
-    elif kind == "gather":
-        _, source, k, m = entry
-        E.values[node] = E.compose(E.value(source), (_index_map(E, tape, source, k), 0, 1, 0),
-                                   m)
+    elif kind in ("gather", "roll"):
+        _, m, index = _gathered(E, tape, entry)
+        E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0), m)
     elif kind in _CHEAP or (kind == "power" and entry[2] in (2.0, -1.0)):
         if kind == "power":
             a = _operand(E, entry[1])
@@ -629,9 +650,10 @@ def _propagate(E, tape, cols):
                            lambda c=c, first=first: cols.arrays[c][first + step * np.arange(r1 - r0)])
                 out.append((r0, r1, new, E.compose(e, (-1, first, step, 0), r1 - r0)))
             terms.append(out)
-        elif kind == "gather":
-            _, source, k, m = entry
-            index = (id(tape.indexes[k]), E.arrays[_index_map(E, tape, source, k)])
+        elif kind in ("gather", "roll"):
+            source = entry[1]
+            key, m, index = _gathered(E, tape, entry)
+            index = (key, E.arrays[index])
             out = []
             for a0, b0, c, e in terms[source]:
                 covered = (index[1] >= a0) & (index[1] < b0)

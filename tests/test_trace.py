@@ -90,6 +90,8 @@ CONSTANT = np.linspace(-2.0, 3.0, 8)
     lambda x: np.float64(2) * x + np.int64(3), lambda x: -(-(x * -2.0)) / -4.0,
     lambda x: x * x - x / x + x ** 2, lambda x: (x - x) * 3.0,
     lambda x: np.concatenate([x[:3] - 1.0, CONSTANT[:2], x[3:] * 2.0]),
+    lambda x: np.roll(x, 1) - 2 * x + np.roll(x, -1),
+    lambda x: np.roll(x[1:] * x[:-1], 3) + np.roll(x, 0)[1:] + np.roll(x, np.int64(-9))[:-1],
 ])
 def test_operands_constants_and_signs(expression):
     x = POSITIVE[:8]
@@ -291,6 +293,7 @@ def test_programs_are_bounded_and_cleared():
     lambda x: (x.reshape(2, -1) * 2.0).ravel(),     # a 2-d value
     lambda x: x * x[0],                             # a read of one element
     lambda x: np.abs(x),                            # a ufunc without a rule
+    lambda x: np.roll(x, 1.5),                      # a roll by other than an integer
     lambda x: x[np.array([True, False] * 4)],       # a boolean mask
     lambda x: np.ones(8),                           # a result without x
 ])
