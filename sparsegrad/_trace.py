@@ -42,7 +42,7 @@ import numpy as np
 import scipy.sparse
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import _fast
+from . import _fast, _structure
 from ._jacobian import _index_dtype
 from ._memory import pooled
 
@@ -948,8 +948,9 @@ RecorderInfo = collections.namedtuple("RecorderInfo",
 
 
 class Recorder:
-    """The programs of one function, at most ``capacity`` (least recently used
-    forgotten first), and its counts.
+    """The programs of one function, at most ``capacity`` and at most
+    :func:`sparsegrad.structure_cache_limit` bytes (least recently used
+    forgotten first; the newest is kept whatever its size), and its counts.
 
     ``value_and_jacobian(f, x, args, kwargs)`` returns ``(value, csr_matrix)``
     or None when the call must go the eager way.
@@ -1034,7 +1035,12 @@ class Recorder:
                 self._misses += 1
                 self._programs[key] = program
                 self._programs.move_to_end(key)
-                while len(self._programs) > self.capacity:
+                # (at most `capacity` programs, and no more bytes than the
+                # structure cache may hold, the newest kept whatever its size)
+                limit = _structure.structure_cache_limit()
+                while len(self._programs) > 1 and (
+                        len(self._programs) > self.capacity
+                        or sum(p.nbytes for p in self._programs.values()) > limit):
                     self._programs.popitem(last=False)
         else:
             with self._lock:

@@ -283,6 +283,17 @@ def test_programs_are_bounded_and_cleared():
     assert info.programs == _trace.Recorder().capacity and info.nbytes > 0
     g.cache_clear()
     assert g.cache_info() == _trace.RecorderInfo(0, 0, 0, 0, 0)
+    # and by the structure cache's byte limit (the newest program kept)
+    previous = sparsegrad.structure_cache_limit()
+    try:
+        sparsegrad.structure_cache_limit(1)
+        for n in range(3, 6):
+            g(np.ones(n))
+        assert g.cache_info().programs == 1
+        value, J = g(np.ones(4))
+        assert_same_as_eager(f, np.ones(4), value, J)
+    finally:
+        sparsegrad.structure_cache_limit(previous)
 
 
 # ---------------------------------------------------------------- what goes the eager way
