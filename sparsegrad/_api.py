@@ -184,8 +184,8 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=Fal
         compiled anew.  ``f`` must take one 1-d float64 argument to
         differentiate and use elementwise ufuncs (``+ - * /``, ``**`` by a
         constant, ``exp``, ``log``, ``sqrt``, ``sin``, ``cos``, ``tanh``,
-        ...), reads by slices and integer arrays, ``np.roll`` and
-        ``np.concatenate``;
+        ...), comparisons and ``np.where``, reads by slices and integer
+        arrays, ``np.roll`` and ``np.concatenate``;
         a call that uses anything else is computed the usual way, and
         ``f`` may then run twice in that call.  The matrices of one
         recorded path share their (read-only) ``indices`` and ``indptr``;

@@ -291,7 +291,8 @@ class Program:
 
     def run(self, tape):
         """The data of the Jacobian at the values of ``tape``."""
-        leaves = [(tape.values[leaf[0]],) + leaf[1:] for leaf in self.leaves]
+        # (a mask is read as 0.0 and 1.0)
+        leaves = [(_as_float(tape.values[leaf[0]]),) + leaf[1:] for leaf in self.leaves]
         values = list(tape.params)
         for op, a, b in self.scalar_steps:
             values.append(a if op == "lit" else _SCALAR_OPS[op](values[a], values[b]))
@@ -311,9 +312,27 @@ class Program:
         return True
 
 
+def _as_float(values):
+    return values if values.dtype == np.float64 else values.astype(np.float64)
+
+
 def _terms_of_ufunc(E, terms, node, entry):
     kind = entry[0]
     operands = entry[1]
+    if kind == "where":
+        # (the rows of the selected branch: a term of a is kept where the mask
+        # is 1, of b where it is 0, and is 0.0 elsewhere -- not multiplied by
+        # the mask, so that an inf or nan of the other branch never reaches
+        # the result, as with the eager way's selection)
+        mask = _operand(E, entry[1])
+        out = []
+        for structure, chosen in zip(entry[2:], (mask, E.add(E.lit(1), mask, sign=-1.0))):
+            if structure[0] != "n":
+                continue
+            for a0, b0, cols, e in terms[structure[1]]:
+                out.append((a0, b0, cols, E.make(
+                    ("keep", e, E.compose(chosen, (-1, a0, 1, 0), b0 - a0)))))
+        return out
     if kind == "power":
         partials = _power(E, E.value(node), operands, entry[2])
         operands = (operands,)
@@ -414,7 +433,7 @@ def _propagate(E, tape, cols):
         if kind == "seed":
             n = entry[1]
             terms.append([(0, n, cols(("seed", n), lambda: np.arange(n)), E.lit(1))])
-        elif kind == "const":
+        elif kind in ("const", "mask"):
             terms.append([])
         elif kind == "slice":
             _, source, start, step, m = entry

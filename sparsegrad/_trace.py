@@ -53,6 +53,12 @@ __all__ = ["Traced", "Untraceable", "Recorder", "RecorderInfo", "compile_tape", 
 
 
 _FLOAT64 = np.dtype(np.float64)
+_BOOL = np.dtype(bool)
+_VALUE_DTYPES = (_FLOAT64, _BOOL)
+#: ufuncs recorded as masks (bool values without derivative)
+_MASKS = frozenset(("greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+                    "logical_and", "logical_or", "logical_xor", "logical_not",
+                    "bitwise_and", "bitwise_or", "bitwise_xor", "invert"))
 
 
 class Tape:
@@ -85,8 +91,9 @@ class Tape:
         self.lengths.append(value.shape[0])
         return node
 
-    def add(self, entry, value):
-        if value.dtype != _FLOAT64 or value.ndim != 1:
+    def add(self, entry, value, dtype=_FLOAT64):
+        """A node of a value of ``dtype`` (float64, or bool for a mask)."""
+        if value.dtype != dtype or value.ndim != 1:
             raise Untraceable("a result of dtype %s and shape %s" % (value.dtype, value.shape))
         return Traced(value, self._node(entry, value), self)
 
@@ -121,11 +128,12 @@ def _operators(ufunc):
 
 
 class Traced(NDArrayOperatorsMixin):
-    """A light value: a 1-d float64 ndarray and its node on a :class:`Tape`.
+    """A light value: a 1-d float64 (or bool) ndarray and its node on a :class:`Tape`.
 
-    Takes elementwise ufuncs of :data:`RULES`, reads by slices and integer
-    arrays, ``np.roll`` by an integer and ``np.concatenate``; anything else
-    raises :class:`Untraceable`.
+    Takes elementwise ufuncs of :data:`RULES`, comparisons and logical
+    operations (bool masks, without derivative) and ``np.where`` of a mask,
+    reads by slices and integer arrays, ``np.roll`` by an integer and
+    ``np.concatenate``; anything else raises :class:`Untraceable`.
     """
 
     __slots__ = ("value", "node", "tape")
@@ -153,7 +161,7 @@ class Traced(NDArrayOperatorsMixin):
         if _is_scalar(x):
             tape.params.append(float(x))
             return ("p", len(tape.params) - 1), x
-        if (type(x) is np.ndarray and x.dtype == _FLOAT64 and x.shape == self.value.shape):
+        if (type(x) is np.ndarray and x.dtype in _VALUE_DTYPES and x.shape == self.value.shape):
             return ("n", tape.constant(x)), x
         raise Untraceable("an operand of type %s" % type(x).__name__)
 
@@ -165,6 +173,11 @@ class Traced(NDArrayOperatorsMixin):
     def _apply(self, ufunc, inputs):
         """``ufunc(*inputs)``, recorded (one of its inputs is ``self``)."""
         name = ufunc.__name__
+        if name in _MASKS:
+            # (a comparison or a logical operation: a mask, without derivative,
+            # for np.where and products)
+            structures, values = zip(*(self._operand(x) for x in inputs))
+            return self.tape.add(("mask", name, structures), ufunc(*values), _BOOL)
         if name not in RULES:
             raise Untraceable(name)
         if name == "power":
@@ -222,6 +235,13 @@ class Traced(NDArrayOperatorsMixin):
                 else:
                     raise Untraceable("np.concatenate of a %s" % type(part).__name__)
             return self.tape.add(("concatenate", tuple(parts)), np.concatenate(values))
+        if func is np.where and len(args) == 3 and not kwargs:
+            condition, a, b = args
+            if not (type(condition) is Traced and condition.value.dtype == _BOOL
+                    or type(condition) is np.ndarray and condition.dtype == _BOOL):
+                raise Untraceable("np.where of another condition than a mask")
+            (sc, c), (sa, va), (sb, vb) = (self._operand(x) for x in (condition, a, b))
+            return self.tape.add(("where", sc, sa, sb), np.where(c, va, vb))
         if func is np.roll and len(args) == 2 and kwargs in ({}, {"axis": None}, {"axis": 0}):
             a, shift = args
             if (type(a) is Traced and a.tape is self.tape and _is_scalar(shift)

@@ -91,6 +91,10 @@ CONSTANT = np.linspace(-2.0, 3.0, 8)
     lambda x: x * x - x / x + x ** 2, lambda x: (x - x) * 3.0,
     lambda x: np.concatenate([x[:3] - 1.0, CONSTANT[:2], x[3:] * 2.0]),
     lambda x: np.roll(x, 1) - 2 * x + np.roll(x, -1),
+    lambda x: np.where(x > 1.0, x ** 2, -x),
+    lambda x: np.where((x > 0.5) & ~(x > 1.4), np.exp(x), 2.0) * x,
+    lambda x: np.where(CONSTANT > 0, x, x[::-1]) + (x < 1.0) * x,
+    lambda x: np.where(x != x[::-1], x, x),
     lambda x: np.roll(x[1:] * x[:-1], 3) + np.roll(x, 0)[1:] + np.roll(x, np.int64(-9))[:-1],
 ])
 def test_operands_constants_and_signs(expression):
@@ -115,11 +119,15 @@ def random_program(seed, scale=1):
     lengths = [int(rng.integers(3, 9)) * scale]
     n = lengths[0]
     for _ in range(int(rng.integers(2, 12))):
-        kind = rng.choice(["unary", "binary", "scalar", "slice", "gather", "concat", "divide"])
+        kind = rng.choice(["unary", "binary", "scalar", "slice", "gather", "concat", "divide",
+                           "where"])
         a = int(rng.integers(len(lengths)))
         m = lengths[a]
         if kind == "unary":
             steps.append(("unary", a, str(rng.choice(UNARY_SAFE))))
+        elif kind == "where":
+            same = [i for i, k in enumerate(lengths) if k == m]
+            steps.append(("where", a, int(rng.choice(same)), float(rng.normal())))
         elif kind in ("binary", "divide"):
             same = [i for i, k in enumerate(lengths) if k == m]
             steps.append((kind, a, int(rng.choice(same)), int(rng.integers(len(BINARY)))))
@@ -156,6 +164,8 @@ def random_program(seed, scale=1):
                 values.append(BINARY[step[3]](a, values[step[2]]))
             elif kind == "divide":
                 values.append(a / (2.0 + np.sin(values[step[2]])))
+            elif kind == "where":
+                values.append(np.where(a > step[3], np.cos(a), values[step[2]] * a))
             elif kind == "scalar":
                 values.append(a * step[2] if step[3] else step[2] - a)
             elif kind == "slice":
@@ -187,6 +197,18 @@ def test_random_programs_against_the_eager_way(seed):
 
 
 # ---------------------------------------------------------------- the path checks
+
+def test_where_drops_the_other_branch_as_the_eager_way_does():
+    # sqrt and its derivative are nan below 0, 1 / x is inf at 0: the rows of
+    # the other branch must not reach the Jacobian (no 0 * nan)
+    f = lambda x: np.where(x > 0.0, np.sqrt(x), 1.0 / x) + np.where(x != 0.0, x, np.log(x))
+    x = np.array([-1.0, 0.0, 0.5, 2.0, -3.0])
+    with np.errstate(all="ignore"):
+        g, value, J = recorded(f, x)
+        assert g.cache_info().fallbacks == 0
+        assert_same_as_eager(f, x, value, J)
+    assert np.isfinite(J.data[np.isfinite(J.data)]).all() and np.isfinite(J[2:4].data).all()
+
 
 def test_a_changed_branch_compiles_again_and_both_paths_stay():
     calls = []
@@ -300,11 +322,12 @@ def test_programs_are_bounded_and_cleared():
 
 @pytest.mark.parametrize("f", [
     lambda x: np.sum(x) * x,                        # another numpy function
-    lambda x: np.where(x > 1.0, x, -x),             # a comparison
     lambda x: (x.reshape(2, -1) * 2.0).ravel(),     # a 2-d value
     lambda x: x * x[0],                             # a read of one element
     lambda x: np.abs(x),                            # a ufunc without a rule
     lambda x: np.roll(x, 1.5),                      # a roll by other than an integer
+    lambda x: np.where(x, x, 0.0),                  # a condition that is not a mask
+    lambda x: x[x > 1.0],                           # a read by a mask
     lambda x: x[np.array([True, False] * 4)],       # a boolean mask
     lambda x: np.ones(8),                           # a result without x
 ])
@@ -525,7 +548,7 @@ def test_run_program_by_runs_and_by_rows_agree():
 
 
 @pytest.mark.parametrize("name", ["negative", "exp", "log", "sqrt", "sin", "cos", "tanh",
-                                  "add", "subtract", "multiply", "divide",
+                                  "add", "subtract", "multiply", "divide", "keep",
                                   "power", "scale", "shift", "rdivide", "param"])
 def test_every_opcode_against_numpy(name):
     rows = 700                                  # (more than a block)
@@ -535,12 +558,13 @@ def test_every_opcode_against_numpy(name):
              "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
              "add": lambda a: a + a[::-1], "subtract": lambda a: a - a[::-1],
              "multiply": lambda a: a * a[::-1], "divide": lambda a: a / a[::-1],
+             "keep": lambda a: np.where(a[::-1] != 0, a, 0.0),
              "power": lambda a: a ** c, "scale": lambda a: a * c, "shift": lambda a: a + c,
              "rdivide": lambda a: c / a, "param": lambda a: np.full_like(a, c)}[name]
     op = OPS[name]
     load = [(OPS["load"], 0, 0, 0), (OPS["load"], 1, 1, 0)]
     # (a binary op reads buffers 0 and 1; the others buffer 0 or params[0])
-    body = [(op, 2, 0, 1 if name in ("add", "subtract", "multiply", "divide") else 0)]
+    body = [(op, 2, 0, 1 if name in ("add", "subtract", "multiply", "divide", "keep") else 0)]
     instructions = np.array(load + body + [(OPS["store"], 0, 2, 0)], dtype=np.int64)
     args = [instructions, np.array([(rows, 0, len(instructions), 3, 0, 1)], dtype=np.int64),
             [(values, None, 0, 1, 0, None), (values, None, rows - 1, -1, 0, None)],

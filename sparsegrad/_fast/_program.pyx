@@ -46,7 +46,8 @@ cdef enum:
     OP_SCALE = 15
     OP_SHIFT = 16
     OP_RDIV = 17
-    N_OPS = 18
+    OP_KEEP = 18
+    N_OPS = 19
     BLOCK = 512               # rows of a buffer: 4 KiB (measured: 512 and 1024 alike, 256 slower)
     # buffers lie STRIDE doubles apart: 4 KiB apart, each would be 4 KiB from
     # the next, and stores to one would stall loads from the other (the CPU
@@ -85,6 +86,7 @@ cdef extern from *:
     SG_BINARY(sg_sub, a[j] - b[j])
     SG_BINARY(sg_mul, a[j] * b[j])
     SG_BINARY(sg_div, a[j] / b[j])
+    SG_BINARY(sg_keep, b[j] != 0.0 ? a[j] : 0.0)
     SG_BY_SCALAR(sg_scale, a[j] * c)
     SG_BY_SCALAR(sg_shift, a[j] + c)
     SG_BY_SCALAR(sg_rdiv, c / a[j])
@@ -108,6 +110,7 @@ cdef extern from *:
     void sg_sub(double* d, const double* a, const double* b, long long n) noexcept nogil
     void sg_mul(double* d, const double* a, const double* b, long long n) noexcept nogil
     void sg_div(double* d, const double* a, const double* b, long long n) noexcept nogil
+    void sg_keep(double* d, const double* a, const double* b, long long n) noexcept nogil
     void sg_scale(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_shift(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_rdiv(double* d, const double* a, double c, long long n) noexcept nogil
@@ -350,6 +353,8 @@ cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t 
             memcpy(slab + ins[3] * STRIDE, a, n * sizeof(double))
         elif op == OP_DIV:
             sg_div(d, a, b, n)
+        elif op == OP_KEEP:
+            sg_keep(d, a, b, n)
         elif op == OP_SHIFT:
             sg_shift(d, a, p.params[ins[3]], n)
         elif op == OP_RDIV:
@@ -528,7 +533,8 @@ cdef bint _valid(const int64_t* instructions, int64_t n_instructions, const int6
                 ok = 0 <= a < n_params and b == 0
             elif op == OP_POW or op == OP_SCALE or op == OP_SHIFT or op == OP_RDIV:
                 ok = 0 <= a < n_buffers and written[a] >= 0 and 0 <= b < n_params and d != a
-            elif op == OP_ADD or op == OP_SUB or op == OP_MUL or op == OP_DIV:
+            elif (op == OP_ADD or op == OP_SUB or op == OP_MUL or op == OP_DIV
+                  or op == OP_KEEP):
                 ok = (0 <= a < n_buffers and written[a] >= 0
                       and 0 <= b < n_buffers and written[b] >= 0 and d != a and d != b)
             else:

@@ -864,10 +864,10 @@ def selection_csr(columns):
 #: the opcodes of :func:`run_program`, in their numbers' order
 PROGRAM_OPS = ("load", "param", "add", "subtract", "multiply", "divide", "negative",
                "exp", "log", "sqrt", "sin", "cos", "tanh", "power", "store",
-               "scale", "shift", "rdivide")
+               "scale", "shift", "rdivide", "keep")
 _OP = {name: number for number, name in enumerate(PROGRAM_OPS)}
 _BINARY = {_OP["add"]: np.add, _OP["subtract"]: np.subtract, _OP["multiply"]: np.multiply,
-           _OP["divide"]: np.divide}
+           _OP["divide"]: np.divide, _OP["keep"]: lambda a, b: np.where(b != 0, a, 0.0)}
 _UNARY = {_OP["negative"]: np.negative, _OP["exp"]: np.exp, _OP["log"]: np.log,
           _OP["sqrt"]: np.sqrt, _OP["sin"]: np.sin, _OP["cos"]: np.cos, _OP["tanh"]: np.tanh}
 # d = f(a, params[b])
@@ -972,7 +972,8 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
         ``(opcode, d, a, b)`` rows, opcodes numbered as in ``PROGRAM_OPS``:
         ``load`` -- buffer ``d`` = leaf ``a``; ``param`` -- buffer ``d`` =
         ``params[a]``; ``add``, ``subtract``, ``multiply``, ``divide`` --
-        ``d = a op b`` of buffers; ``negative``, ``exp``, ``log``, ``sqrt``,
+        ``d = a op b`` of buffers; ``keep`` -- ``d = a`` where ``b`` is not
+        0, else 0.0 (a selection: an inf or nan of ``a`` elsewhere is dropped); ``negative``, ``exp``, ``log``, ``sqrt``,
         ``sin``, ``cos``, ``tanh`` -- ``d = f(a)``; ``power``, ``scale``,
         ``shift``, ``rdivide`` -- ``d = a ** c``, ``a * c``, ``a + c``, ``c /
         a`` for ``c = params[b]``; ``store`` -- buffer ``a`` is slot ``b``.
