@@ -275,7 +275,6 @@ def _power(E, z, a, exponent):
 RULES["power"] = _power
 
 _UNARY_OPS = ("negative", "exp", "log", "sqrt", "sin", "cos", "tanh")
-_BINARY_OPS = ("add", "subtract", "multiply", "divide")
 
 
 # ---------------------------------------------------------------- compiling
