@@ -99,7 +99,7 @@ class _Expressions:
             if form[0] in _SCALAR_KINDS or form[0] == "leaf":
                 continue
             count += 1
-            stack.extend(form[1:2] if form[0] in _WITH_SCALAR else form[1:])
+            stack.extend(_children(form))
         return count
 
     def _scalar_op(self, op, a, b):
@@ -232,10 +232,6 @@ def _operand(E, structure):
     return E.value(k) if kind == "n" else E.make(("param", k))
 
 
-def _one(E):
-    return E.lit(1)
-
-
 def _binary(partials):
     return lambda E, z, a, b: partials(E, z, _operand(E, a), _operand(E, b))
 
@@ -246,17 +242,17 @@ RULES = {
     "add": _binary(lambda E, z, a, b: (E.lit(1), E.lit(1))),
     "subtract": _binary(lambda E, z, a, b: (E.lit(1), E.lit(-1))),
     "multiply": _binary(lambda E, z, a, b: (b, a)),
-    "divide": _binary(lambda E, z, a, b: (E.div(_one(E), b), E.neg(E.div(z, b)))),
+    "divide": _binary(lambda E, z, a, b: (E.div(E.lit(1), b), E.neg(E.div(z, b)))),
     "negative": lambda E, z, a: (E.lit(-1),),
     "positive": lambda E, z, a: (E.lit(1),),
     "exp": lambda E, z, a: (z,),
-    "expm1": lambda E, z, a: (E.add(z, _one(E)),),
-    "log": lambda E, z, a: (E.div(_one(E), _operand(E, a)),),
-    "log1p": lambda E, z, a: (E.div(_one(E), E.add(_operand(E, a), _one(E))),),
+    "expm1": lambda E, z, a: (E.add(z, E.lit(1)),),
+    "log": lambda E, z, a: (E.div(E.lit(1), _operand(E, a)),),
+    "log1p": lambda E, z, a: (E.div(E.lit(1), E.add(_operand(E, a), E.lit(1))),),
     "sqrt": lambda E, z, a: (E.div(E.lit(0.5), z),),
     "sin": lambda E, z, a: (E.op("cos", _operand(E, a)),),
     "cos": lambda E, z, a: (E.neg(E.op("sin", _operand(E, a))),),
-    "tanh": lambda E, z, a: (E.add(_one(E), E.mul(z, z), -1.0),),
+    "tanh": lambda E, z, a: (E.add(E.lit(1), E.mul(z, z), -1.0),),
     "square": lambda E, z, a: (E.mul(E.lit(2), _operand(E, a)),),
     "reciprocal": lambda E, z, a: (E.neg(E.mul(z, z)),),
 }
@@ -280,10 +276,11 @@ _UNARY_OPS = ("negative", "exp", "log", "sqrt", "sin", "cos", "tanh")
 # ---------------------------------------------------------------- compiling
 
 class Program:
-    """What :func:`compile_tape` makes of a tape: the instructions of
-    ``run_program``, its leaves (``(node, index, start, step, offset, runs)``), the steps
-    of its scalars (from the call's, ``(op, a, b)`` or ``("lit", c, 0)``),
-    stores, the pattern and the copies of the index arrays it was made with."""
+    """What :func:`compile_tape` makes of a tape: the instructions and segments
+    of ``run_program``, its leaves (``(node, index, start, step, offset,
+    runs)``), the steps of its scalars (from the call's, ``(op, a, b)`` or
+    ``("lit", c, 0)``), the owners and adds of the places, the pattern and the
+    copies of the index arrays it was made with."""
 
     __slots__ = ("instructions", "segments", "leaves", "arrays", "scalar_steps", "owners", "adds",
                  "indptr", "indices", "shape", "index_copies", "nbytes", "needed")
@@ -299,13 +296,13 @@ class Program:
         return _fast.run_program(self.instructions, self.segments, leaves, params,
                                  self.owners, self.adds, self.indptr)
 
-    def same_indexes(self, tape, same_index):
+    def same_indexes(self, tape):
         """Whether ``tape`` gathered by arrays equal to the ones compiled in."""
         checked = set()
         for array, copy in zip(tape.indexes, self.index_copies):
             key = (id(array), id(copy))
             if key not in checked:
-                if not same_index(array, copy):
+                if not _fast.kernels.same_index(array, copy):
                     return False
                 checked.add(key)
         return True
@@ -355,34 +352,38 @@ def _combine(E, terms):
     return [key + (e,) for key, e in combined.items()]
 
 
-#: ufuncs whose values are recomputed in a program rather than read (the
-#: rest -- exp, log, ... -- cost more than a read)
-_CHEAP = {"add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
-          "true_divide": "divide", "negative": "negative", "positive": "positive",
-          "square": "square", "reciprocal": "reciprocal"}
+#: the values recomputed in a program rather than read, by ufunc: their
+#: expressions of the operands' (the rest -- exp, log, ... -- cost more than
+#: a read; power: by its exponent, below)
+_CHEAP = {
+    "add": lambda E, a, b: E.add(a, b),
+    "subtract": lambda E, a, b: E.add(a, b, sign=-1.0),
+    "multiply": lambda E, a, b: E.mul(a, b),
+    "divide": lambda E, a, b: E.div(a, b),
+    "negative": lambda E, a: E.neg(a),
+    "positive": lambda E, a: a,
+    "square": lambda E, a: E.mul(a, a),
+    "reciprocal": lambda E, a: E.div(E.lit(1), a),
+}
+_CHEAP["true_divide"] = _CHEAP["divide"]
+_CHEAP_POWERS = {2.0: _CHEAP["square"], -1.0: _CHEAP["reciprocal"]}
 #: the most operations a recomputed value may take
 _INLINE_BUDGET = 6
 
 
-def _index_map(E, tape, source, k):
-    """The map of a gather by the tape's ``k``-th index array (negative
-    numbers counted from the end of the source)."""
-    user = tape.indexes[k]
-    n_source = tape.lengths[source]
-    return E.array(("gather", id(user), n_source),
-                   lambda: np.where(user < 0, user + n_source, user))
-
-
 def _gathered(E, tape, entry):
     """``(key, rows, map)`` of a gather or a roll: what names its map in the
-    keys of derived arrays, its length and the map's array number."""
+    keys of derived arrays, its length and the map's array number (a
+    gather's negative numbers counted from the end of its source)."""
     if entry[0] == "roll":
         _, source, shift, n = entry
         key = ("roll", shift, n)
         return key, n, E.array(key, lambda: (np.arange(n) - shift) % n if n else
                                np.zeros(0, dtype=np.int64))
     _, source, k, m = entry
-    return id(tape.indexes[k]), m, _index_map(E, tape, source, k)
+    user, n_source = tape.indexes[k], tape.lengths[source]
+    return id(user), m, E.array(("gather", id(user), n_source),
+                                lambda: np.where(user < 0, user + n_source, user))
 
 
 def _inline(E, tape, node, entry):
@@ -396,29 +397,12 @@ def _inline(E, tape, node, entry):
     elif kind in ("gather", "roll"):
         _, m, index = _gathered(E, tape, entry)
         E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0), m)
-    elif kind in _CHEAP or (kind == "power" and entry[2] in (2.0, -1.0)):
-        if kind == "power":
-            a = _operand(E, entry[1])
-            e = E.mul(a, a) if entry[2] == 2.0 else E.div(E.lit(1), a)
-        else:
-            args = [_operand(E, structure) for structure in entry[1]]
-            name = _CHEAP[kind]
-            if name == "add":
-                e = E.add(*args)
-            elif name == "subtract":
-                e = E.add(*args, sign=-1.0)
-            elif name == "multiply":
-                e = E.mul(*args)
-            elif name == "divide":
-                e = E.div(*args)
-            elif name == "negative":
-                e = E.neg(*args)
-            elif name == "positive":
-                e = args[0]
-            elif name == "square":
-                e = E.mul(args[0], args[0])
-            else:
-                e = E.div(E.lit(1), args[0])
+    elif kind in _CHEAP:
+        e = _CHEAP[kind](E, *(_operand(E, structure) for structure in entry[1]))
+        if E.size(e) <= _INLINE_BUDGET:
+            E.values[node] = e
+    elif kind == "power" and entry[2] in _CHEAP_POWERS:
+        e = _CHEAP_POWERS[entry[2]](E, _operand(E, entry[1]))
         if E.size(e) <= _INLINE_BUDGET:
             E.values[node] = e
 
@@ -450,16 +434,15 @@ def _propagate(E, tape, cols):
             terms.append(out)
         elif kind in ("gather", "roll"):
             source = entry[1]
-            key, m, index = _gathered(E, tape, entry)
-            index = (key, E.arrays[index])
+            key, m, read = _gathered(E, tape, entry)
+            read = E.arrays[read]
             out = []
             for a0, b0, c, e in terms[source]:
-                covered = (index[1] >= a0) & (index[1] < b0)
+                covered = (read >= a0) & (read < b0)
                 if not covered.any():
                     continue
-                local = E.array(("gather", index[0], a0, b0),
-                                lambda: np.where(covered, index[1] - a0, 0))
-                new = cols((c, "gather", index[0], a0, b0),
+                local = E.array(("gather", key, a0, b0), lambda: np.where(covered, read - a0, 0))
+                new = cols((c, "gather", key, a0, b0),
                            lambda c=c: np.where(covered, cols.arrays[c][E.arrays[local]], -1))
                 out.append((0, m, new, E.compose(e, (local, 0, 1, 0), m)))
             terms.append(_combine(E, out))
@@ -548,16 +531,13 @@ def _emit(E, roots, leaf_slots, param_slots):
             kind = form[0]
             reads = _children(form)
             read_buffers = [buffer_of[r] for r in reads]
-            # (a result never takes an operand's buffer: the loops are compiled
-            # for results apart from their operands)
+            # (a result never takes an operand's buffer, freed only below: the
+            # loops are compiled for results apart from their operands)
             if free:
                 d = free.pop()
             else:
                 d, n_buffers = n_buffers, n_buffers + 1
             buffer_of[item] = d
-            for r in set(reads):
-                if last[r] == position:
-                    free.append(buffer_of[r])
             if kind in _SCALAR_KINDS:
                 instructions.append((ops["param"], d, param_slots(item), 0))
             elif kind == "leaf":
@@ -571,8 +551,7 @@ def _emit(E, roots, leaf_slots, param_slots):
                 instructions.append((ops[kind], d, read_buffers[0], 0))
             else:
                 instructions.append((ops[kind], d, read_buffers[0], read_buffers[1]))
-            continue
-        for r in reads:
+        for r in set(reads):
             if last[r] == position:
                 free.append(buffer_of[r])
     return instructions, max(n_buffers, 1)
@@ -594,13 +573,29 @@ def _compile(tape, output):
     cols = _Arrays()
     terms = _propagate(E, tape, cols)[output]
     m, n = tape.lengths[output], tape.size
-    leaves, params = {}, {}
+    leaves = {}
 
     def leaf_slot(spec):
         return leaves.setdefault(spec, len(leaves))
 
-    def param_slot(spec):
-        return params.setdefault(spec, len(params))
+    # (the params of a call: its scalars, then the scalar expressions' values,
+    # each computed by the steps once per call)
+    steps, index_of = [], {}
+
+    def param_slot(e):
+        """Where the value of scalar ``e`` lands, its steps appended first."""
+        if e in index_of:
+            return index_of[e]
+        form = E.forms[e]
+        if form[0] == "param":
+            index_of[e] = form[1]
+            return form[1]
+        if form[0] == "lit":
+            steps.append(("lit", form[1], 0))
+        else:
+            steps.append((form[0], param_slot(form[1]), param_slot(form[2])))
+        index_of[e] = len(tape.params) + len(steps) - 1
+        return index_of[e]
 
     pieces, instructions, segments = [], [], []   # pieces: (columns, first row, segment)
     for start, stop, covering in _segments(terms, m):
@@ -631,31 +626,6 @@ def _compile(tape, output):
         pieces, segments, len(indices))
     program.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 4)
     program.segments = np.array(segments, dtype=np.int64).reshape(-1, 6)
-    # (the params of a call: its scalars, then the scalar expressions' values)
-    steps, index_of = [], {}
-
-    def evaluate(e):
-        """Where the value of scalar ``e`` lands, its steps appended first."""
-        if e in index_of:
-            return index_of[e]
-        form = E.forms[e]
-        if form[0] == "param":
-            index_of[e] = form[1]
-            return form[1]
-        if form[0] == "lit":
-            steps.append(("lit", form[1], 0))
-        else:
-            steps.append((form[0], evaluate(form[1]), evaluate(form[2])))
-        index_of[e] = len(tape.params) + len(steps) - 1
-        return index_of[e]
-
-    slot_of = {slot: evaluate(e) for e, slot in params.items()}
-    if len(program.instructions):
-        ins = program.instructions
-        for op, field in (("param", 2), ("power", 3), ("scale", 3), ("shift", 3),
-                          ("rdivide", 3)):
-            rows = ins[:, 0] == _fast.reference.PROGRAM_OPS.index(op)
-            ins[rows, field] = [slot_of[slot] for slot in ins[rows, field].tolist()]
     program.scalar_steps = steps
     program.leaves = [None] * len(leaves)
     runs = {}
@@ -665,7 +635,10 @@ def _compile(tape, output):
         program.leaves[slot] = (node, None if array < 0 else E.arrays[array], start, step,
                                 offset, runs.get(array) if step == 1 else None)
     program.needed = frozenset(leaf[0] for leaf in program.leaves)
-    program.arrays = E.arrays + [r for r in runs.values() if r is not None]
+    # (what the leaves read: the maps and their runs, not the compiler's other
+    # derived arrays)
+    program.arrays = [E.arrays[a] for a in sorted({spec[1] for spec in leaves} - {-1})] + [
+        r for r in runs.values() if r is not None]
     program.indptr, program.indices = indptr, indices
     program.shape = (m, n)
     # (one copy per array the function gathered by, however often: a call

@@ -45,7 +45,7 @@ import numpy as np
 import scipy.sparse
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import _fast, _structure
+from . import _structure
 from ._compile_tape import RULES, Untraceable, compile_tape
 from ._memory import pooled
 
@@ -363,7 +363,7 @@ class Recorder:
             program = self._programs.get(key)
             if program is not None:
                 self._programs.move_to_end(key)
-        if program is None or not program.same_indexes(tape, _fast.kernels.same_index):
+        if program is None or not program.same_indexes(tape):
             try:
                 program = compile_tape(tape, result.node)
             except Untraceable as exc:
