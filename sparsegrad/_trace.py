@@ -73,7 +73,7 @@ class Tape:
     their memory is reused while it is still in the cache.
     """
 
-    __slots__ = ("entries", "values", "lengths", "params", "indexes", "size", "keep")
+    __slots__ = ("entries", "values", "lengths", "params", "indexes", "keep")
 
     def __init__(self, x, keep=None):
         self.entries = [("seed", x.shape[0])]
@@ -81,8 +81,12 @@ class Tape:
         self.lengths = [x.shape[0]]
         self.params = []
         self.indexes = []
-        self.size = x.shape[0]
         self.keep = keep
+
+    @property
+    def size(self):
+        """The length of the seed (node 0)."""
+        return self.lengths[0]
 
     def _node(self, entry, value):
         node = len(self.entries)
@@ -98,7 +102,7 @@ class Tape:
         return Traced(value, self._node(entry, value), self)
 
     def constant(self, array):
-        """Node of a constant float64 array (its values read at every call)."""
+        """Node of a constant float64 or bool array (its values read at every call)."""
         return self._node(("const", array.shape[0]), array)
 
     def holds(self, nodes):
@@ -321,10 +325,13 @@ class Recorder:
         """Why calls go the eager way (the first operation not recorded), or None."""
         return self._refused
 
-    def _fallback(self, reason):
+    def _fallback(self, reason=""):
+        """None (the call goes the eager way), refusing the function when
+        ``reason`` says why (an empty reason: an error the eager way raises
+        again, see :meth:`settled`)."""
         with self._lock:
             self._fallbacks += 1
-            if self._refused is None:
+            if reason and self._refused is None:
                 self._refused = reason
         return None
 
@@ -356,7 +363,7 @@ class Recorder:
         x = np.ascontiguousarray(x, dtype=np.float64)
         traced = self._trace(f, x, args, kwargs, self._keep)
         if type(traced) is str:
-            return self._fallback(traced) if traced else self._error()
+            return self._fallback(traced)
         tape, result = traced
         key = tape.structure(result.node)
         with self._lock:
@@ -386,8 +393,10 @@ class Recorder:
             # (another path than the last call's: its values were not all kept;
             # the function runs again, keeping them)
             traced = self._trace(f, x, args, kwargs, program.needed)
-            if type(traced) is str or traced[0].structure(traced[1].node) != key:
-                return self._fallback(traced) if type(traced) is str and traced else self._error()
+            if type(traced) is str:
+                return self._fallback(traced)
+            if traced[0].structure(traced[1].node) != key:
+                return self._fallback()
             tape, result = traced
         self._keep = program.needed
         # (the pattern's arrays are the program's, read-only, shared by every
@@ -395,11 +404,6 @@ class Recorder:
         matrix = scipy.sparse.csr_matrix((program.run(tape), program.indices, program.indptr),
                                          shape=program.shape, copy=False)
         return result.value, matrix
-
-    def _error(self):
-        with self._lock:
-            self._fallbacks += 1
-        return None
 
     def settled(self):
         """Called after the eager way computed a call this recorder gave up: an

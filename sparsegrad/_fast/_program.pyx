@@ -90,9 +90,9 @@ cdef extern from *:
     SG_BY_SCALAR(sg_scale, a[j] * c)
     SG_BY_SCALAR(sg_shift, a[j] + c)
     SG_BY_SCALAR(sg_rdiv, c / a[j])
-    #define SG_UNARY(name, expr) \
-        SG_CLONES static void name(double* SG_RESTRICT d, const double* SG_RESTRICT a, \
-                                   long long n) { \
+    #define SG_UNARY(name, expr) \\
+        SG_CLONES static void name(double* SG_RESTRICT d, const double* SG_RESTRICT a, \\
+                                   long long n) { \\
             for (long long j = 0; j < n; j++) d[j] = (expr); }
     SG_UNARY(sg_neg, -a[j])
     SG_UNARY(sg_exp, exp(a[j]))
@@ -130,21 +130,21 @@ cdef extern from *:
        staged from place ip[0] on), each the value at row jj of its owner's
        slab buffer (owners checked below `slots` first); 0, or -1 for a bad
        row bound or owner */
-    #define SG_PLACES(name, owner_t, index_t) \
-        SG_CLONES static int name(double* SG_RESTRICT stage, const double* SG_RESTRICT slab, \
-                                  const owner_t* SG_RESTRICT owners, \
-                                  const index_t* SG_RESTRICT ip, long long n, long long slots, \
-                                  long long stride, long long nnz) { \
-            long long base = ip[0], last = ip[n], jj, k, most = 0; \
-            if (base < 0 || last < base || last > nnz) return -1; \
-            for (k = base; k < last; k++) most = owners[k] > most ? owners[k] : most; \
-            if (most >= slots && last > base) return -1; \
-            for (jj = 0; jj < n; jj++) { \
-                long long lo = ip[jj], hi = ip[jj + 1]; \
-                if (lo < base || hi < lo || hi > last) return -1; \
-                for (k = lo; k < hi; k++) \
-                    stage[k - base] = slab[(long long)owners[k] * stride + jj]; \
-            } \
+    #define SG_PLACES(name, owner_t, index_t) \\
+        SG_CLONES static int name(double* SG_RESTRICT stage, const double* SG_RESTRICT slab, \\
+                                  const owner_t* SG_RESTRICT owners, \\
+                                  const index_t* SG_RESTRICT ip, long long n, long long slots, \\
+                                  long long stride, long long nnz) { \\
+            long long base = ip[0], last = ip[n], jj, k, most = 0; \\
+            if (base < 0 || last < base || last > nnz) return -1; \\
+            for (k = base; k < last; k++) most = owners[k] > most ? owners[k] : most; \\
+            if (most >= slots && last > base) return -1; \\
+            for (jj = 0; jj < n; jj++) { \\
+                long long lo = ip[jj], hi = ip[jj + 1]; \\
+                if (lo < base || hi < lo || hi > last) return -1; \\
+                for (k = lo; k < hi; k++) \\
+                    stage[k - base] = slab[(long long)owners[k] * stride + jj]; \\
+            } \\
             return 0; }
     SG_PLACES(sg_places_8_32, unsigned char, int)
     SG_PLACES(sg_places_8_64, unsigned char, long long)
@@ -168,9 +168,9 @@ cdef extern from *:
 cdef extern from *:
     """
     /* the result's data is written front to back, once, a block's places at
-       a time: written past the caches
-       (reading their lines in first, as plain stores do, would double the
-       memory traffic); sg_fence() before the result is handed on */
+       a time: written past the caches (reading their lines in first, as plain
+       stores do, would double the memory traffic); sg_fence() before the
+       result is handed on */
     #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     #include <emmintrin.h>
     static void sg_stream_copy(void* dst, const void* src, long long nbytes) {
@@ -327,7 +327,7 @@ cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t 
                 double* buffers, double* slab) noexcept nogil:
     """Instructions ``first .. last - 1`` on rows ``j0 .. j0 + n - 1`` of a
     segment; stores to ``slab``."""
-    cdef int64_t i, j, op
+    cdef int64_t i, op
     cdef double* d
     cdef const double* a
     cdef const double* b

@@ -973,8 +973,9 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
         ``load`` -- buffer ``d`` = leaf ``a``; ``param`` -- buffer ``d`` =
         ``params[a]``; ``add``, ``subtract``, ``multiply``, ``divide`` --
         ``d = a op b`` of buffers; ``keep`` -- ``d = a`` where ``b`` is not
-        0, else 0.0 (a selection: an inf or nan of ``a`` elsewhere is dropped); ``negative``, ``exp``, ``log``, ``sqrt``,
-        ``sin``, ``cos``, ``tanh`` -- ``d = f(a)``; ``power``, ``scale``,
+        0, else 0.0 (a selection: an inf or nan of ``a`` elsewhere is
+        dropped); ``negative``, ``exp``, ``log``, ``sqrt``, ``sin``, ``cos``,
+        ``tanh`` -- ``d = f(a)``; ``power``, ``scale``,
         ``shift``, ``rdivide`` -- ``d = a ** c``, ``a * c``, ``a + c``, ``c /
         a`` for ``c = params[b]``; ``store`` -- buffer ``a`` is slot ``b``.
         Unused fields are 0.  A buffer is read only after an instruction of
@@ -1054,9 +1055,8 @@ def run_program(instructions, segments, leaves, params, owners, adds, indptr):
             if len(owner) and owner.max() >= slots:
                 raise ValueError("run_program: a place of segment %d is owned by slot %d of "
                                  "its %d" % (s, owner.max(), slots))
-            for k in range(slots):
-                mine = np.flatnonzero(owner == k)
-                out[lo + mine] = slab[k][row_of_place[mine]]
+            if hi > lo:
+                out[lo:hi] = np.stack(slab)[owner, row_of_place]
             written[lo:hi] = True
             mine = adds[adds[:, 0] == s]
             for _, row, k, place in mine.tolist():
