@@ -128,3 +128,13 @@ def to_device(x, backend):
     constant matrices built on the host) copied there; unchanged on the CPU or when
     ``x`` is there already."""
     return x if backend is CPU or of(x) is backend else backend.xp.asarray(x)
+
+
+def shares_memory(result, array):
+    """Whether ``result`` (an indexing or reshaping result of ``array``) is a view
+    of it: numpy's own answer, an array sharing its memory (a copy never does)."""
+    if isinstance(result, np.generic) or not hasattr(result, "shape"):
+        return False  # (a numpy scalar: basic indexing of every axis copies)
+    if type(result) is np.ndarray or of(result) is CPU:
+        return np.may_share_memory(result, array)
+    return of(result).xp.may_share_memory(result, array)

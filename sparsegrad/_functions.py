@@ -37,7 +37,7 @@ from ._errors import unsupported
 from ._indexing import row_index
 from ._deferred import Deferred, compute
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian,
-                     cast_input, check_inexact_seed)
+                     cast_input, check_real_axis, view_of, _View)
 
 INDEX_DTYPE = np.int64
 
@@ -336,10 +336,36 @@ def _single(function):
         # (and for the values of a split: CuPy splits only at positions in a list)
         value_args = args if function not in _SPLITS else [
             v.tolist() if isinstance(v, np.ndarray) else v for v in host_args]
-        return _move(lambda arrays, rows: function(arrays[0], *(host_args if rows else
-                                                                 value_args), **kwargs),
-                     [a], key=_movement_key(function, args, kwargs))
+        result = _move(lambda arrays, rows: function(arrays[0], *(host_args if rows else
+                                                                   value_args), **kwargs),
+                       [a], key=_movement_key(function, args, kwargs))
+        if not isinstance(a, value):
+            return result
+        if type(result) is list:  # (a split: numpy's pieces are views)
+            return [_viewed(piece, a, _nth(function, value_args, kwargs, k),
+                            _nth(function, host_args, kwargs, k))
+                    for k, piece in enumerate(result)]
+        return _viewed(result, a, _bound(function, value_args, kwargs),
+                       _bound(function, host_args, kwargs))
     return moved
+
+
+def _bound(function, args, kwargs):
+    return lambda array: function(array, *args, **kwargs)
+
+
+def _nth(function, args, kwargs, k):
+    return lambda array: function(array, *args, **kwargs)[k]
+
+
+def _viewed(result, parent, step, rows_step=False):
+    """``result`` of a numpy function of forward value ``parent``, made by ``step``
+    from its value: a view of ``parent`` where numpy's result is a view of its
+    value (writes go through, as numpy's would), else ``result`` itself."""
+    if type(result._raw) is Deferred or not _backend.shares_memory(result._raw,
+                                                                     parent._raw):
+        return result
+    return view_of(parent, result._raw, result._jac, step, rows_step)
 
 
 def _reshaping(function, order_position):
@@ -363,17 +389,28 @@ def _reshaping(function, order_position):
                 args = args[:order_position] + (order,) + args[order_position + 1:]
             else:
                 kwargs = dict(kwargs, order=order)
-        if order != "C" or not isinstance(a, value):
-            return _move(lambda arrays, rows: function(arrays[0], *args, **kwargs), [a],
-                         key=_movement_key(function, args, kwargs))
+        if not isinstance(a, value):
+            return function(a, *args, **kwargs)
+        if order != "C":
+            return _viewed(_move(lambda arrays, rows: function(arrays[0], *args, **kwargs),
+                                 [a], key=_movement_key(function, args, kwargs)),
+                           a, _bound(function, args, kwargs))
         a._owns = False  # the result may be a view of its value
         raw = a._raw
-        if type(raw) is Deferred and not _holds_arrays(args, kwargs) and "copy" not in kwargs:
-            # (sparsity mode: deferred too; numpy's shape)
-            shape = function(np.empty(raw.shape, raw.dtype), *args, **kwargs).shape
-            return make(Deferred(lambda array: function(array, *args, **kwargs), (raw,),
-                                 shape, raw.dtype), a._jacobian)
-        return make(function(a._value, *args, **kwargs), a._jacobian)
+        if (type(raw) is Deferred and not isinstance(a, _View)
+                and not _holds_arrays(args, kwargs) and "copy" not in kwargs):
+            # (sparsity mode: deferred too; numpy's shape, and whether it gives a
+            # view, from an array of the layout the deferred one will have: a
+            # value computed by numpy from its operands, C-contiguous)
+            stand_in = np.empty(raw.shape, raw.dtype)
+            reshaped = function(stand_in, *args, **kwargs)
+            result = make(Deferred(lambda array: function(array, *args, **kwargs), (raw,),
+                                   reshaped.shape, raw.dtype), a._jacobian)
+            if not np.may_share_memory(reshaped, stand_in):
+                return result
+            return view_of(a, result._raw, result._jac, _bound(function, args, kwargs))
+        return _viewed(make(function(a._value, *args, **kwargs), a._jacobian), a,
+                       _bound(function, args, kwargs))
     return reshaped
 
 
@@ -431,7 +468,8 @@ def _take_along_axis(arr, indices, axis=-1):
 def _register_atleast():
     for function in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
         def atleast(*arrays, _function=function):
-            results = [_move(lambda arrs, rows: _function(arrs[0]), [a])
+            results = [_viewed(_move(lambda arrs, rows: _function(arrs[0]), [a]), a,
+                               _function)
                        if isinstance(a, value) else _function(a) for a in arrays]
             return results[0] if len(results) == 1 else tuple(results)
         FUNCTIONS[function] = atleast
@@ -492,6 +530,14 @@ def _sequence_function(function):
             joined_in_order = _joined_in_order(function, arrays, args, kwargs)
             if joined_in_order is not None:
                 return joined_in_order
+
+        if _real_dtype(options.get("dtype")):
+            values = [nvalue(coerce(a)) for a in arrays]
+            if any(np.iscomplexobj(v) for v in values):
+                # (numpy's call on the values as given checks casting= and warns;
+                # then the real parts are joined, as numpy joins them)
+                function(_on_one_device(values), *args, **options, **kwargs)
+                arrays = _real_parts(arrays, "numpy." + function.__name__)
 
         def apply(arrs, rows):
             if rows:
@@ -562,22 +608,31 @@ def _real(val):
     if not isinstance(val, value):
         return np.real(val)
     if not np.iscomplexobj(val._value):
-        return val
-    check_inexact_seed("numpy.real", [val])
+        return val  # (numpy: the array itself)
+    check_real_axis("numpy.real", [val])
     from ._ufuncs import real_part
-    return make(np.real(val._value), real_part(val._jacobian))
+    return view_of(val, np.real(val._value), real_part(val._jacobian), np.real, None,
+                   real_part)
 
 
 @implements(np.imag)
 def _imag(val):
     if not isinstance(val, value):
         return np.imag(val)
-    if not np.iscomplexobj(val._value):
-        return make(_backend.of(val._value).xp.zeros(val.shape, val.dtype),
-                    jac.zero(val._jacobian.seed, val.size))
-    check_inexact_seed("numpy.imag", [val])
-    from ._ufuncs import real_part
-    return make(np.imag(val._value), real_part(jac.scale(val._jacobian, -1j)))
+    # (of real values numpy gives read-only zeros: a write into them raises)
+    part = _zero_part if not np.iscomplexobj(val._value) else _imaginary_part
+    if part is _imaginary_part:
+        check_real_axis("numpy.imag", [val])
+    return view_of(val, np.imag(val._value), part(val._jacobian), np.imag, None, part)
+
+
+def _imaginary_part(J):
+    from ._ufuncs import imaginary_part
+    return imaginary_part(J)
+
+
+def _zero_part(J):
+    return jac.zero(J.seed, J.n_rows)
 
 
 # ---- linear maps written as einsum ------------------------------------------------
@@ -703,6 +758,8 @@ def _einsum(*operands, out=None, optimize=False, **kwargs):
         raise unsupported("numpy.einsum", "the sublist form; use a subscripts string")
     subscripts, operands = operands[0], operands[1:]
     result = np.einsum(subscripts, *[nvalue(o) for o in operands], **kwargs)
+    if _real_dtype(kwargs.get("dtype")):
+        operands = _real_parts(operands, "numpy.einsum")
     specs, output = _parse_einsum(subscripts, [np.ndim(nvalue(o)) for o in operands])
     return _linear(specs, output, operands, result)
 
@@ -894,6 +951,8 @@ def _matmul(x1, x2, out=None, **kwargs):
         return sparse
     a, b = nvalue(x1), nvalue(x2)
     result = np.matmul(a, b, **kwargs)
+    if _real_dtype(kwargs.get("dtype")):
+        x1, x2 = _real_parts([x1, x2], "numpy.matmul")
     subscripts = _matmul_specs(a.ndim, b.ndim)
     specs, output = _parse_einsum(subscripts, [a.ndim, b.ndim])
     return _linear(specs, output, [x1, x2], result)
@@ -982,17 +1041,20 @@ def _conj_first(x):
 @implements(np.vecdot)
 def _vecdot(x1, x2, axis=-1, **kwargs):
     _refuse("vecdot", out=kwargs.pop("out", None))
-    a = _conj_first(x1)
-    product = np.multiply(a, x2)
     # (numpy's call takes the keywords: dtype=, casting=, ... decide the value)
-    return _finish(np.sum(product, axis=axis),
-                   np.vecdot(nvalue(x1), nvalue(x2), axis=axis, **kwargs))
+    result = np.vecdot(nvalue(x1), nvalue(x2), axis=axis, **kwargs)
+    if _real_dtype(kwargs.get("dtype")):
+        x1, x2 = _real_parts([x1, x2], "numpy.vecdot")
+    product = np.multiply(_conj_first(x1), x2)
+    return _finish(np.sum(product, axis=axis), result)
 
 
 @implements(getattr(np, "matvec", None))
 def _matvec(x1, x2, **kwargs):
     _refuse("matvec", out=kwargs.pop("out", None))
     result = getattr(np, "matvec")(nvalue(x1), nvalue(x2), **kwargs)
+    if _real_dtype(kwargs.get("dtype")):
+        x1, x2 = _real_parts([x1, x2], "numpy.matvec")
     specs, output = _parse_einsum("...ij,...j->...i", [np.ndim(nvalue(x1)), np.ndim(nvalue(x2))])
     return _linear(specs, output, [x1, x2], result)
 
@@ -1000,10 +1062,34 @@ def _matvec(x1, x2, **kwargs):
 @implements(getattr(np, "vecmat", None))
 def _vecmat(x1, x2, **kwargs):
     _refuse("vecmat", out=kwargs.pop("out", None))
-    a = _conj_first(x1)
     result = getattr(np, "vecmat")(nvalue(x1), nvalue(x2), **kwargs)
+    if _real_dtype(kwargs.get("dtype")):
+        x1, x2 = _real_parts([x1, x2], "numpy.vecmat")
+    a = _conj_first(x1)
     specs, output = _parse_einsum("...j,...ji->...i", [np.ndim(nvalue(a)), np.ndim(nvalue(x2))])
     return _linear(specs, output, [a, x2], result)
+
+
+def _real_dtype(dtype):
+    """Whether a ``dtype=`` argument asks for real floating-point values."""
+    return dtype is not None and np.dtype(dtype).kind == "f"
+
+
+def _real_parts(operands, name):
+    """``operands`` with complex values replaced by their real parts, as numpy casts
+    the operands of a call with a real ``dtype=`` before computing (whose value
+    has been computed: numpy checked casting= and warned)."""
+    from ._ufuncs import real_part
+    parts = []
+    for o in operands:
+        o = coerce(o)
+        if isinstance(o, value) and o.dtype.kind == "c":
+            check_real_axis(name + " to a real dtype", [o])
+            o = make(np.real(o._value), real_part(o._jacobian))
+        elif not isinstance(o, value) and np.iscomplexobj(nvalue(o)):
+            o = np.real(nvalue(o))
+        parts.append(o)
+    return parts
 
 
 def _finish(forward, exact_value):

@@ -19,7 +19,8 @@ from ._errors import unsupported
 from ._deferred import Deferred, compute
 from ._indexing import row_index
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian, cast_input,
-                     cast_is_constant, check_inexact_seed, _broadcast_rows, _device_keys)
+                     cast_is_constant, check_real_axis, _broadcast_rows, _device_keys,
+                     _replay)
 
 __all__ = ["apply", "call"]
 
@@ -92,7 +93,8 @@ def _accumulation_axis(name, ndim, axis):
 
 
 def _real(x):
-    """The real part of a complex operand (forward or plain); others unchanged."""
+    """The real part of a complex operand (forward or plain; a complex seed's on
+    the real axis); others unchanged."""
     if isinstance(x, value):
         if x.dtype.kind != "c":
             return x
@@ -156,17 +158,15 @@ def _call(ufunc, inputs, kwargs):
                                                         for v in values):
         # a real loop of complex inputs (dtype=float, casting="unsafe"): numpy took
         # their real parts, whose Jacobians are the real parts of theirs
-        check_inexact_seed(rules.rule_name(ufunc) + " to a real dtype",
-                           [x for _, x in forwards])
+        check_real_axis(rules.rule_name(ufunc) + " to a real dtype",
+                        [x for _, x in forwards])
         return _call(ufunc, [_real(x) for x in inputs], kwargs)
-    if kind == "c" and ufunc in rules.REAL_ONLY:
-        raise unsupported(rules.rule_name(ufunc), rules.REAL_ONLY[ufunc])
+    if ufunc in rules.NON_HOLOMORPHIC and kind in "fc" and np.iscomplexobj(values[0]):
+        return _non_holomorphic(ufunc, rules.rule_name(ufunc), inputs[0], out)
     if category == "piecewise_constant" or ((kind not in "fc" or seed.complex) and (
             cast_is_constant(rules.rule_name(ufunc), seed, kind,
-                             {x.dtype.kind for _, x in forwards}))):
+                             [x for _, x in forwards]))):
         return make(out, jac.zero(seed, out.size))
-    if ufunc in rules.NON_HOLOMORPHIC and np.iscomplexobj(values[0]):
-        return _non_holomorphic(ufunc, rules.rule_name(ufunc), inputs[0], out)
     partials = rules.DERIVATIVES.get(ufunc)
     for i, _ in forwards:
         if partials is not None and partials[i] is None:
@@ -354,19 +354,57 @@ def _at_precision(values, dtype, partials=None):
 
 
 def real_part(J):
-    """Jacobian of the real part of a complex value with a real seed."""
+    """Jacobian of the real part of a complex value: for a real seed, the real
+    part of ``J``; for a complex seed, ``J`` itself (the caller has checked that
+    the values lie on the real axis, where the real part is the identity)."""
+    if J.seed.complex:
+        return J
     return jac.add([jac.scale(J, 0.5), jac.scale(jac.conj(J), 0.5)])
 
 
+def imaginary_part(J):
+    """Jacobian of the imaginary part of a complex value, as :func:`real_part`
+    (zero for a complex seed: the imaginary part is constant on the real axis)."""
+    if J.seed.complex:
+        return jac.zero(J.seed, J.n_rows)
+    return real_part(jac.scale(J, -1j))
+
+
 def _non_holomorphic(ufunc, name, x, out):
-    check_inexact_seed(name, [x])
+    """``ufunc(x)`` of complex values ``x`` for a ufunc of ``NON_HOLOMORPHIC``.
+
+    For a real seed, the derivative of the real and imaginary parts of the
+    result (through the conjugate of ``J``); for a complex seed, on the real
+    axis, the derivative of the real function's analytic continuation there
+    (``REAL_AXIS``); off it there is none, and the call is refused.
+    """
     J = x._jacobian
+    seed = J.seed
+    if seed.complex:
+        check_real_axis(name, [x])
+        factor = rules.REAL_AXIS[ufunc]
+        if not callable(factor):
+            return make(out, J if factor == 1 else jac.zero(seed, out.size))
+        if seed.pattern_only:
+            return make(out, J)
+        return make(out, jac.scale(J, np.broadcast_to(factor(x._value), out.shape).ravel()))
     if ufunc is np.conjugate:
         return make(out, jac.conj(J))
-    # |z|' = Re(conj(z) / |z| * z')
+    if seed.pattern_only:
+        return make(out, J)
+    z = x._value
     with np.errstate(all="ignore"):
-        factor = np.where(out == 0, 0, np.conj(x._value) / np.where(out == 0, 1, out))
-    return make(out, real_part(jac.scale(J, factor.ravel())))
+        if ufunc is np.absolute:
+            # |z|' = Re(conj(z) / |z| * z')
+            factor = np.where(out == 0, 0, np.conj(z) / np.where(out == 0, 1, out))
+            return make(out, real_part(jac.scale(J, factor.ravel())))
+        # sign(z) = z / |z|: sign' = (z' - sign(z) Re(conj(sign(z)) z')) / |z|, and
+        # 0 at z = 0, where sign is discontinuous (as the real rule gives there)
+        magnitude = np.abs(z)
+        inverse = np.where(magnitude == 0, 0, 1 / np.where(magnitude == 0, 1, magnitude))
+        along = real_part(jac.scale(J, np.conj(out).ravel()))
+        return make(out, jac.add([jac.scale(J, inverse.ravel()),
+                                  jac.scale(along, (-out * inverse).ravel())]))
 
 
 def _sparse_times(inputs):
@@ -380,32 +418,38 @@ def _sparse_times(inputs):
 
 
 def _scatter_add(target, indices, increment):
-    """``np.add.at(target, indices, increment)`` on a forward target."""
+    """``np.add.at(target, indices, increment)`` on a forward target (a view's
+    root takes the sum, as numpy's)."""
     increment = coerce(increment)  # (a list holding forward values)
-    indices, row_indices, _ = _device_keys(plain(indices), target._array)
-    rows = row_index(target.shape)[row_indices]
+    root, steps, positions = target._target()
+    if getattr(target, "_parts", None):
+        target._write(Ellipsis, None)  # (refused, naming the part)
+    indices, row_indices, _ = _device_keys(plain(indices), root._array)
+    rows = positions[row_indices]
+    J_inc = None
     if isinstance(increment, value):  # (checked before anything is written)
         source = _broadcast_rows(increment.shape, rows.shape).ravel()
-        seed = jac.common_seed([target._jac, increment._jacobian])
-        if seed.complex and increment.dtype.kind == "c" and target.dtype.kind != "c":
-            check_inexact_seed(rules.rule_name(np.add) + ".at into a real target",
-                               [increment])
+        jac.common_seed([root._jac, increment._jacobian])
+        if increment.dtype.kind == "c" and target.dtype.kind != "c":
+            check_real_axis(rules.rule_name(np.add) + ".at into a real target",
+                            [increment])
+        # (its rows before the write: ``increment`` may be a view of the root)
+        J_inc = jac.take_rows(increment._jacobian, source)
     increment_array = nvalue(increment)  # (before the copy: ``increment`` may be ``target``)
-    if not target._owns:  # copy on write, as in value.__setitem__
-        target._array = target._array.copy()
-        target._owns = True
-    np.add.at(target._array, indices, increment_array)
-    if not isinstance(increment, value):
-        return
+    if not root._owns:  # copy on write, as in value.__setitem__
+        root._array = root._array.copy(order="K")
+        root._owns = True
+    np.add.at(_replay(steps, root._array), indices, increment_array)
+    root._version += 1
     kind = target.dtype.kind
-    if kind not in "fc":  # (an integer target: piecewise constant, as astype(int))
+    if J_inc is None or kind not in "fc":
+        # (a constant increment, or an integer target: piecewise constant, as
+        # astype(int))
         return
-    J_inc = jac.take_rows(increment._jacobian, source)
     if kind == "f" and increment.dtype.kind == "c" and not J_inc.seed.pattern_only:
         J_inc = real_part(J_inc)  # (numpy adds the real part)
-    scatter = jac.CSR((target.size, len(source)), *_scatter_pattern(rows.ravel(),
-                                                                   target.size))
-    target._jac = jac.add([target._jacobian, jac.left_multiply(scatter, J_inc)])
+    scatter = jac.CSR((root.size, len(source)), *_scatter_pattern(rows.ravel(), root.size))
+    root._jac = jac.add([root._jacobian, jac.left_multiply(scatter, J_inc)])
 
 
 def _scatter_pattern(rows, n_rows):

@@ -63,8 +63,9 @@ class value(NDArrayOperatorsMixin):
         ``sparsity``).
     """
 
-    # (_raw: the array, or in sparsity mode a Deferred one, computed when read)
-    __slots__ = ("_raw", "_jac", "_owns")
+    # (_raw: the array, or in sparsity mode a Deferred one, computed when read;
+    # _version: counts the writes into this value, which its views compare)
+    __slots__ = ("_raw", "_jac", "_owns", "_version")
     # take precedence over ndarray and scipy.sparse operands in Python operators
     __array_priority__ = 1000
 
@@ -74,6 +75,7 @@ class value(NDArrayOperatorsMixin):
         # True only while nothing outside holds _array (no view, no Jacobian that
         # keeps it as a row factor): only then may an index write go into it
         self._owns = False
+        self._version = 0
 
     # ---- value and Jacobian ------------------------------------------------
     @property
@@ -219,6 +221,8 @@ class value(NDArrayOperatorsMixin):
 
     def astype(self, dtype, copy=True):
         dtype = np.dtype(dtype)
+        if not copy and dtype == self.dtype:
+            return self  # (numpy returns the array itself)
         if dtype.kind not in "biufc":
             # (an object array of numbers has no derivative rule: not piecewise constant)
             raise unsupported("astype", "dtype=%s" % dtype)
@@ -256,9 +260,10 @@ class value(NDArrayOperatorsMixin):
             # (``psi[1:-1]``, ``U[1:-1, 2:]``: the general path below, its key
             # conversions skipped)
             self._owns = False
-            return _array_value(raw[key], jac.take_rows(J, row_index(raw.shape)[key],
-                                                        _slice_key(raw.shape, key),
-                                                        may_be_empty=False))
+            return view_of(self, raw[key], jac.take_rows(J, row_index(raw.shape)[key],
+                                                         _slice_key(raw.shape, key),
+                                                         may_be_empty=False),
+                           operator.itemgetter(key))
         exact = None
         if (type(key) is list and 0 < len(key) <= _MAX_LIST_KEY and self.ndim == 1
                 and all(type(k) is int for k in key)):
@@ -283,7 +288,14 @@ class value(NDArrayOperatorsMixin):
                 and type(array) is np.ndarray and array.ndim == 1):
             result = _backend.CPU.kernels.take(array, key)  # (a stencil's gather)
         else:
-            result = _backend.asarray(array[key])  # (basic indexing: a view, shared)
+            result = array[key]
+            if _backend.shares_memory(result, array):
+                # (basic indexing: numpy's view of the value, and so ours)
+                return view_of(self, result, jac.take_rows(
+                    self._jacobian, row_index(self.shape)[row_key],
+                    _slice_key(self.shape, row_key), may_be_empty=False),
+                    operator.itemgetter(key), operator.itemgetter(row_key))
+            result = _backend.asarray(result)
         # (a view of the read-only row numbers, or a fresh array that is ours: made
         # read-only, the gathered selections keep it without a copy; numpy indexing
         # of the row numbers never gives -1)
@@ -300,9 +312,14 @@ class value(NDArrayOperatorsMixin):
         checks of the key, and the shape, from the row numbers it reads)."""
         rows = jac._readonly(row_index(self.shape)[key])  # (numpy checks the key)
         shape = np.shape(rows)  # (a basic key's result has the shape of the rows read)
-        J = self._jacobian
-        return make(Deferred(operator.getitem, (raw, key), shape, raw.dtype),
-                    jac.take_rows(J, rows, _slice_key(self.shape, key), may_be_empty=False))
+        J = jac.take_rows(self._jacobian, rows, _slice_key(self.shape, key),
+                          may_be_empty=False)
+        array = Deferred(operator.getitem, (raw, key), shape, raw.dtype)
+        if shape or Ellipsis in (key if type(key) is tuple else (key,)):
+            # (numpy's basic indexing gives a view, a scalar only for a 0-d result
+            # without an Ellipsis)
+            return view_of(self, array, J, operator.itemgetter(key))
+        return make(array, J)
 
     def _deferred_gather(self, raw, key, exact=None):
         """``self[key]`` of a deferred 1-d value by an integer index array: deferred
@@ -329,15 +346,25 @@ class value(NDArrayOperatorsMixin):
 
     @pooled
     def __setitem__(self, key, new):
-        key, row_key, _ = _device_keys(_plain_key(key), self._array)
+        self._write(key, new)
+
+    def _target(self):
+        """``(root, steps, rows)``: the value whose array this one's writes go into,
+        the steps from its array to this one's, and this one's rows among the
+        root's (a view's; here: itself, no steps, its own rows)."""
+        return self, (), row_index(self.shape)
+
+    def _write(self, key, new):
+        root, steps, rows = self._target()
+        key, row_key, _ = _device_keys(_plain_key(key), root._array)
         new = coerce(new)
         # everything that can fail comes before the value is written, so that a
         # refused write leaves value and Jacobian as they were
-        target_rows = row_index(self.shape)[row_key]
+        target_rows = rows[row_key]
         if isinstance(new, value):
             # the source's Jacobian before this write (``new`` may be ``self``)
             piece = new._jacobian
-            seed = jac.common_seed([self._jac, piece])
+            seed = jac.common_seed([root._jac, piece])
             if np.iscomplexobj(new._array) and not np.iscomplexobj(self._array):
                 # numpy keeps the real part, which has no complex derivative; for a
                 # real seed its Jacobian is the real part of the source's
@@ -347,14 +374,16 @@ class value(NDArrayOperatorsMixin):
             source_rows = _broadcast_rows(new.shape, target_rows.shape)
             new_array = new._value
         else:  # (a number or host constant written into a device array goes there)
-            new_array = _backend.to_device(nvalue(new), _backend.of(self._array))
-        if not self._owns:  # copy on write: never write into a shared array
-            self._array = self._array.copy()
-            self._owns = True
-        self._array[key] = new_array
-        assembly = self._jac
+            new_array = _backend.to_device(nvalue(new), _backend.of(root._array))
+        if not root._owns:  # copy on write: never write into a shared array
+            # (in its layout: a view's steps then give numpy's view of it)
+            root._array = root._array.copy(order="K")
+            root._owns = True
+        _replay(steps, root._array)[key] = new_array
+        root._version += 1
+        assembly = root._jac
         if not isinstance(assembly, Assembly):
-            assembly = self._jac = Assembly(self._jac)
+            assembly = root._jac = Assembly(root._jac)
         if isinstance(new, value):
             assembly.write(target_rows.ravel(), piece, source_rows.ravel())
         else:
@@ -408,7 +437,7 @@ class value(NDArrayOperatorsMixin):
             kind = result.dtype.kind
             if (kind not in "fc" or seed.complex) and cast_is_constant(
                     "numpy." + _qualified_name(func) + " to a real dtype", seed, kind,
-                    _forward_kinds((args, tuple(kwargs.values())))):
+                    list(_forwards_in((args, tuple(kwargs.values()))))):
                 return make(result._array, jac.zero(seed, result.size))
         return result
 
@@ -466,6 +495,120 @@ class _array_value(value):
     def __iter__(self):
         for i in range(len(self)):
             yield self[i]
+
+
+_RAW = value.__dict__["_raw"]
+_JAC = value.__dict__["_jac"]
+
+
+class _View:
+    """What a view adds to a forward value: numpy's aliasing.
+
+    A view is made by a numpy function that returns a view of an array
+    (basic indexing, ``reshape``, ``transpose``, ``flip``, ``split``,
+    ``.real``...).  It keeps its *root* (the value that owns the memory: views
+    of views share one), the *steps* that make its array from the root's (each
+    a pair: the step on values, and the step on row numbers or None where the
+    rows are the same) and *parts* (functions of a Jacobian: the real or
+    imaginary part).  Writes into a view go into its root; a view reads its
+    value and Jacobian from the root again when the root's ``_version`` has
+    changed since it last did (a write into the root or through any of its
+    views), so that both directions of aliasing hold, in values and Jacobians.
+    """
+
+    __slots__ = ()
+
+    @property
+    def _raw(self):
+        if self._seen_raw != self._root._version:
+            self._seen_raw = self._root._version
+            _RAW.__set__(self, _replay(self._steps, self._root._array))
+        return _RAW.__get__(self)
+
+    @_raw.setter
+    def _raw(self, array):
+        _RAW.__set__(self, array)
+
+    @property
+    def _jac(self):
+        if self._seen_jac != self._root._version:
+            self._seen_jac = self._root._version
+            J = jac.take_rows(self._root._jacobian, self._target()[2].ravel())
+            for part in self._parts:
+                J = part(J)
+            _JAC.__set__(self, J)
+        return _JAC.__get__(self)
+
+    @_jac.setter
+    def _jac(self, jacobian):
+        _JAC.__set__(self, jacobian)
+
+    @property
+    def _owns(self):
+        return False  # (the root's memory)
+
+    @_owns.setter
+    def _owns(self, owns):
+        if not owns:  # (its array is a view of the root's, now held outside)
+            self._root._owns = False
+
+    def _target(self):
+        rows = self._rows
+        if rows is None:
+            rows = row_index(self._root.shape)
+            for _, rows_step in self._steps:
+                if rows_step is not None:
+                    rows = rows_step(rows)
+            self._rows = rows
+        return self._root, self._steps, rows
+
+    def _write(self, key, new):
+        if self._parts:
+            # (the other part of the root's elements would keep its Jacobian
+            # rows: a complex row is not split into parts here)
+            raise UnsupportedOperationError(
+                "writing through the real or imaginary part of a complex forward "
+                "value is not supported; write the complex value instead, e.g. "
+                "z[k] = new + 1j * z[k].imag")
+        value._write(self, key, new)
+
+
+class _array_view(_View, _array_value):
+    __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac")
+
+
+class _scalar_view(_View, value):
+    """A 0-d view (``F[0, ...]``): an array, not a scalar: written through, never
+    rebound."""
+    __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac")
+
+
+def view_of(parent, array, jacobian, step, rows_step=False, part=None):
+    """A view of forward value ``parent``: ``array`` (numpy's view of its value, made
+    by ``step``) and ``jacobian`` (its rows).  ``rows_step``: the step on row
+    numbers (by default ``step``; None: the same rows); ``part``: a function of a
+    Jacobian applied after the rows are taken (``.real``)."""
+    if isinstance(parent, _View):
+        root, steps, parts = parent._root, parent._steps, parent._parts
+    else:
+        root, steps, parts = parent, (), ()
+    view = _array_view.__new__(_array_view) if array.ndim else _scalar_view.__new__(_scalar_view)
+    _RAW.__set__(view, array)
+    _JAC.__set__(view, jacobian)
+    view._version = 0
+    view._root = root
+    view._steps = steps + ((step, step if rows_step is False else rows_step),)
+    view._parts = parts if part is None else parts + (part,)
+    view._rows = None
+    view._seen_raw = view._seen_jac = root._version
+    return view
+
+
+def _replay(steps, array):
+    """The array that ``steps`` make of ``array`` (a root's: its view's)."""
+    for step, _ in steps:
+        array = step(array)
+    return array
 
 
 def _qualified_name(func):
@@ -594,11 +737,6 @@ def _forwards_in(obj):
             yield from _forwards_in(item)
 
 
-def _forward_kinds(obj):
-    """The dtype kinds (``"f"``, ``"c"``...) of the forward values in ``obj``."""
-    return {x.dtype.kind for x in _forwards_in(obj)}
-
-
 def _holds_forward(obj):
     return next(_forwards_in(obj), None) is not None
 
@@ -680,17 +818,30 @@ def broadcast_jacobian(x, shape):
     return jac.take_rows(x._jacobian, rows, ("broadcast", x.shape, shape))
 
 
-def check_inexact_seed(name, forwards):
-    """Refuse non-holomorphic operations when the seed itself is complex."""
+def check_real_axis(name, forwards):
+    """Refuse a function without complex derivative (``abs``, ``conj``, the real
+    part...) of complex values of a complex seed off the real axis, naming
+    ``name``.
+
+    On the real axis such a function has the derivative of the real function's
+    analytic continuation (the complex-step convention), which its rule gives;
+    a real seed's Jacobians take the conjugate instead and are never refused.
+    """
     for x in forwards:
-        if x._jacobian.seed.complex:
+        if x._jacobian.seed.complex and x.dtype.kind == "c" and _off_real_axis(x._value):
             raise _not_complex_differentiable(name)
+
+
+def _off_real_axis(array):
+    # (nan counts as off: it has no side of the axis to continue from)
+    return bool((array.imag != 0).any())
 
 
 def _not_complex_differentiable(name):
     return UnsupportedOperationError(
-        "%s of a complex value is not complex-differentiable, and the seed is "
-        "complex; seed the real and imaginary parts as real numbers instead" % name)
+        "%s of a complex value is not complex-differentiable off the real axis, and "
+        "the seed is complex; seed the real and imaginary parts as real numbers "
+        "instead" % name)
 
 
 def cast_input(a, dtype, name):
@@ -708,25 +859,27 @@ def cast_input(a, dtype, name):
     if dtype == a.dtype:
         return a
     if a.dtype.kind == "c" and dtype.kind != "c":
-        check_inexact_seed(name + " to a real dtype", [a])
+        check_real_axis(name + " to a real dtype", [a])
     return a.astype(dtype)
 
 
-def cast_is_constant(name, seed, result_kind, input_kinds):
-    """Whether a result of dtype kind ``result_kind``, computed from forward values
-    of the dtype kinds ``input_kinds`` (a ``dtype=`` cast), is piecewise constant.
+def cast_is_constant(name, seed, result_kind, forwards):
+    """Whether a result of dtype kind ``result_kind``, computed from the forward
+    values ``forwards`` (a ``dtype=`` cast), is piecewise constant.
 
     An inexact value cast to an integer or bool result is, as ``astype(int)``.
-    A complex value cast to a real result has no complex derivative: refused,
-    naming ``name``, when the seed is complex (for a real seed the real part of
-    the Jacobian is exact).
+    A complex value cast to a real result is its real part, which has no
+    complex derivative: refused, naming ``name``, when the seed is complex and
+    a value lies off the real axis (for a real seed the real part of the
+    Jacobian is exact; on the axis the real part is the identity).
 
-    >>> cast_is_constant("f", jac.Seed(1, False, False, False), "i", {"f"})
+    >>> x = make(np.array([0.5]), jac.identity(jac.Seed(1, False, False, False)))
+    >>> cast_is_constant("f", x._jacobian.seed, "i", [x])
     True
     """
-    if result_kind == "f" and "c" in input_kinds and seed.complex:
-        raise _not_complex_differentiable(name)
-    return result_kind not in "fc" and not input_kinds.isdisjoint("fc")
+    if result_kind == "f" and seed.complex:
+        check_real_axis(name, forwards)
+    return result_kind not in "fc" and any(x.dtype.kind in "fc" for x in forwards)
 
 
 # the protocol implementations are built on the names above and import this

@@ -261,6 +261,11 @@ class FakeDevice:
                              "identity (cupy.bincount of an empty array)")
         return _on_device(np.bincount(x, weights=weights, minlength=minlength or 0))
 
+    def may_share_memory(self, a, b):
+        """numpy.may_share_memory of two device arrays, a bool as CuPy's."""
+        _refuse_host("fake.may_share_memory", a, b)
+        return bool(np.may_share_memory(_plain(a), _plain(b)))
+
     def asarray(self, a, dtype=None):
         """``a`` on the device, like ``cupy.asarray``: host arrays are copied
         there (an explicit transfer); a DeviceArray of that dtype is returned as is."""

@@ -1,0 +1,295 @@
+"""numpy's aliasing on forward values: wherever numpy returns a view, writes
+through it reach its base and writes into the base are seen through it, in
+values and Jacobians; where numpy copies, neither happens.
+
+Every program here runs twice: on plain numpy arrays (the value oracle, and
+central differences for the Jacobian) and on forward values.
+"""
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+import sparsegrad
+from sparsegrad import forward, optimize
+from sparsegrad._errors import UnsupportedOperationError
+
+X0 = np.array([0.7, -1.3, 2.1, 0.4, -0.9, 1.6])
+
+
+def zeros(u, shape, dtype=float):
+    """Zeros that can hold what is computed from ``u`` (numpy or forward)."""
+    if isinstance(u, forward.value):
+        return np.zeros(shape, dtype=dtype, like=u)
+    return np.zeros(shape, dtype=dtype)
+
+
+def central_differences(F, x, h=1e-6):
+    columns = []
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e[k] = h
+        columns.append((np.asarray(F(x + e)) - np.asarray(F(x - e))).ravel() / (2 * h))
+    return np.array(columns).T
+
+
+def check(F, x=X0):
+    """``F`` on forward values: numpy's value exactly, the Jacobian of central
+    differences, and a sparsity pattern that holds every stored entry."""
+    expected = F(x.copy())
+    result = F(forward.seed(x.copy()))
+    assert isinstance(result, forward.value)
+    assert result.value.shape == np.shape(expected)
+    assert result.value.dtype == np.asarray(expected).dtype
+    assert_array_equal(result.value, expected)
+    J = result.dvalue
+    assert_allclose(J.toarray(), central_differences(F, x), rtol=1e-7, atol=1e-8)
+    pattern = F(forward.seed_sparsity(x.copy())).sparsity
+    assert_array_equal(pattern.toarray()[J.toarray() != 0], True)
+    return result
+
+
+# ---- writes through a view reach the base -----------------------------------
+
+def _reshape_view(u):
+    R = zeros(u, 6)
+    R.reshape(2, 3)[:] = u.reshape(2, 3) ** 2
+    return R
+
+
+def _interior_of_a_grid(u):
+    R = zeros(u, 16)
+    R.reshape(4, 4)[1:-1, 1:-1] = (u[:4] * u[2:]).reshape(2, 2)
+    return R
+
+
+def _ravel_view(u):
+    R = zeros(u, (2, 3))
+    R.ravel()[:] = u * 3.0
+    return R
+
+
+def _slice_of_slice(u):
+    R = zeros(u, 6)
+    R[1:-1][:] = u[:4] ** 3
+    return R
+
+
+def _transpose_row(u):
+    R = zeros(u, (3, 2))
+    R.T[0] = u[:3] * u[3:]
+    return R
+
+
+def _named_view(u):
+    R = zeros(u, 6)
+    v = R[1:]
+    v[0] = u[0] * u[1]
+    v[2:] += u[2:5]
+    return R
+
+
+def _out_is_a_view(u):
+    R = u * 1.0
+    np.add(R[:2], R[2:4], out=R[:2])
+    return R
+
+
+def _inplace_through_a_view(u):
+    R = u ** 2
+    v = R[::2]
+    v *= u[1::2]
+    v -= 1.0
+    return R
+
+
+def _views_of_views(u):
+    R = zeros(u, (2, 3))
+    V = R.T[::-1]
+    V[0, :] = np.sin(u[:2])
+    V[1:][0, 1] = u[5] ** 2
+    return R
+
+
+def _functions_that_return_views(u):
+    R = zeros(u, (2, 3))
+    np.flip(R)[0, 0] = u[0] ** 2          # R[1, 2]
+    np.fliplr(R)[0, 0] = u[1] * 3.0       # R[0, 2]
+    np.swapaxes(R, 0, 1)[0, 1] = u[2]     # R[1, 0]
+    np.moveaxis(R, 0, -1)[1, 0] = u[3]    # R[0, 1]
+    np.transpose(R)[0, 0] = np.exp(u[4])  # R[0, 0]
+    np.expand_dims(R, 0)[0, 1, 1] = u[5]  # R[1, 1]
+    np.rot90(R)[0, 0] += u[0]             # R[0, 2]
+    np.atleast_3d(R)[1, 2, 0] *= u[1]     # R[1, 2]
+    np.squeeze(R[None])[1, 0] -= u[2]     # R[1, 0]
+    return R
+
+
+def _split_pieces(u):
+    R = zeros(u, 6)
+    a, b, c = np.split(R, [2, 3])
+    a[:] = u[:2] ** 2
+    b += u[2]
+    c[...] = u[3:] * 2.0
+    left, right = np.hsplit(R.reshape(2, 3), [1])
+    right[1] *= 3.0
+    return R
+
+
+def _add_at_a_view(u):
+    R = u * 1.0
+    np.add.at(R[1:], [0, 0, 3], u[:3] ** 2)
+    return R
+
+
+def _ellipsis_and_none(u):
+    R = zeros(u, 6)
+    R[None][0, 2:4] = u[:2] ** 2
+    s = R[4, ...]                         # a 0-d view
+    s[...] = u[5] * 7.0
+    R[...][5] = u[0]
+    return R
+
+
+@pytest.mark.parametrize("F", [_reshape_view, _interior_of_a_grid, _ravel_view,
+                               _slice_of_slice, _transpose_row, _named_view,
+                               _out_is_a_view, _inplace_through_a_view, _views_of_views,
+                               _functions_that_return_views, _split_pieces,
+                               _add_at_a_view, _ellipsis_and_none])
+def test_writes_through_views(F):
+    check(F)
+
+
+# ---- writes into the base are seen through a view taken before --------------
+
+def _view_sees_later_writes(u):
+    R = zeros(u, 6)
+    grid = R.reshape(2, 3)
+    tail = R[3:]
+    column = grid[:, 1]
+    R[:] = u ** 2
+    R[4] = u[0] * u[1]
+    return np.concatenate([grid.ravel(), tail, column])
+
+
+def _view_sees_writes_through_another_view(u):
+    R = u * 1.0
+    a = R[1:4]
+    b = R.reshape(2, 3).T
+    b[1, 0] = np.cos(u[2])                # R[1]
+    return a * u[:3] + R[1]
+
+
+def _stale_view_after_a_copy_on_write(u):
+    R = u * 2.0
+    v = R[2:]
+    keep = v * u[:4]                      # v's value is kept as a factor
+    R[3] = 0.0
+    return np.concatenate([keep, v])
+
+
+@pytest.mark.parametrize("F", [_view_sees_later_writes,
+                               _view_sees_writes_through_another_view,
+                               _stale_view_after_a_copy_on_write])
+def test_writes_into_the_base_reach_views(F):
+    check(F)
+
+
+# ---- where numpy copies, there is no aliasing ---------------------------------
+
+def _copies(u):
+    R = u * 1.0
+    fancy = R[[0, 1]]
+    masked = R[np.array([True, False] * 3)]
+    flat = R.reshape(2, 3).T.reshape(-1)  # (not contiguous: numpy copies)
+    flattened = R.flatten()
+    copied = R.copy()
+    rolled = np.roll(R, 1)
+    for c in (fancy, masked, flat, flattened, copied, rolled):
+        c[0] = 100.0
+    R[1] = -u[0]
+    return np.concatenate([R, fancy, masked, flat, flattened, copied, rolled])
+
+
+def test_copies_do_not_alias():
+    check(_copies)
+
+
+def test_astype_without_copy_is_the_value_itself():
+    x = forward.seed(X0)
+    assert x.astype(float, copy=False) is x
+    assert x.astype(float) is not x
+
+
+# ---- read-only views and parts of complex values -------------------------------
+
+@pytest.mark.parametrize("make", [lambda R: np.broadcast_to(R, (2, 6)),
+                                  lambda R: np.diagonal(R.reshape(2, 3)),
+                                  lambda R: R.imag])
+def test_read_only_views_refuse_writes_as_numpy(make):
+    with pytest.raises(ValueError, match="read-only"):
+        make(X0.copy())[0] = 1.0
+    R = forward.seed(X0) * 1.0
+    with pytest.raises((ValueError, UnsupportedOperationError)):
+        make(R)[0] = 1.0
+    assert_array_equal(R.value, X0)
+
+
+def test_parts_of_complex_values_follow_the_base():
+    x = forward.seed(X0)
+    z = x * (1.0 + 2.0j)
+    re, im = z.real, z.imag
+    z[0] = x[1] * 1j
+    assert_array_equal(re.value, (X0 * (1 + 2j)).real * [0, 1, 1, 1, 1, 1])
+    assert_array_equal(im.value[0], X0[1])
+    expected = np.diag(2.0 * np.ones(6))
+    expected[0] = 0.0
+    expected[0, 1] = 1.0
+    assert_array_equal(im.dvalue.toarray(), expected)
+    with pytest.raises(UnsupportedOperationError, match="real or imaginary part"):
+        z.real[1] = 0.0
+    with pytest.raises(UnsupportedOperationError, match="real or imaginary part"):
+        np.add.at(z.imag, [0], x[0])
+
+
+# ---- every engine and entry point ---------------------------------------------
+
+def test_assembly_through_a_view_in_newton():
+    """A residual assembled through ``reshape`` views: Newton reaches the root
+    instead of reporting success at the starting point."""
+    def F(u):
+        R = np.zeros(4, like=u)
+        R.reshape(2, 2)[:] = u.reshape(2, 2) ** 2 - np.arange(1.0, 5.0).reshape(2, 2)
+        return R
+
+    value, J = sparsegrad.value_and_jacobian(F)(np.ones(4))
+    assert_array_equal(value, [0.0, -1.0, -2.0, -3.0])
+    assert_array_equal(J.toarray(), 2.0 * np.eye(4))
+    solution = optimize.newton(F, np.ones(4))
+    assert_allclose(solution.x, np.sqrt(np.arange(1.0, 5.0)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_views_through_value_and_jacobian(trace):
+    value, J = sparsegrad.value_and_jacobian(_interior_of_a_grid, trace=trace)(X0)
+    assert_array_equal(value, _interior_of_a_grid(X0))
+    assert_allclose(J.toarray(), central_differences(_interior_of_a_grid, X0), atol=1e-8)
+
+
+def test_views_on_a_device(device):
+    from device_check import on_host
+    x = forward.seed(device.asarray(X0))
+    R = np.zeros(6, like=x)
+    R.reshape(2, 3)[:, 1:] = (x[:4] ** 2).reshape(2, 2)
+    tail = R[3:]
+    R[3] = x[5]
+    expected = np.zeros(6)
+    expected.reshape(2, 3)[:, 1:] = (X0[:4] ** 2).reshape(2, 2)
+    expected[3] = X0[5]
+    assert isinstance(R.value, device.ndarray)
+    assert_array_equal(device.asnumpy(R.value), expected)
+    assert_array_equal(device.asnumpy(tail.value), expected[3:])
+    J = np.zeros((6, 6))
+    J[[1, 2, 4, 5], np.arange(4)] = 2.0 * X0[:4]
+    J[3, 5] = 1.0
+    assert_array_equal(on_host(R.dvalue).toarray(), J)
+    assert_array_equal(on_host(tail.dvalue).toarray(), J[3:])
