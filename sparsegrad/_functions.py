@@ -37,7 +37,8 @@ from ._errors import unsupported
 from ._indexing import row_index
 from ._deferred import Deferred, compute
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian,
-                     cast_input, check_real_axis, view_of, _View)
+                     cast_input, check_real_axis, view_of, _View, real_part,
+                     imaginary_part, no_part)
 
 INDEX_DTYPE = np.int64
 
@@ -610,7 +611,6 @@ def _real(val):
     if not np.iscomplexobj(val._value):
         return val  # (numpy: the array itself)
     check_real_axis("numpy.real", [val])
-    from ._ufuncs import real_part
     return view_of(val, np.real(val._value), real_part(val._jacobian), np.real, None,
                    real_part)
 
@@ -620,19 +620,10 @@ def _imag(val):
     if not isinstance(val, value):
         return np.imag(val)
     # (of real values numpy gives read-only zeros: a write into them raises)
-    part = _zero_part if not np.iscomplexobj(val._value) else _imaginary_part
-    if part is _imaginary_part:
+    part = imaginary_part if np.iscomplexobj(val._value) else no_part
+    if part is imaginary_part:
         check_real_axis("numpy.imag", [val])
     return view_of(val, np.imag(val._value), part(val._jacobian), np.imag, None, part)
-
-
-def _imaginary_part(J):
-    from ._ufuncs import imaginary_part
-    return imaginary_part(J)
-
-
-def _zero_part(J):
-    return jac.zero(J.seed, J.n_rows)
 
 
 # ---- linear maps written as einsum ------------------------------------------------

@@ -423,7 +423,8 @@ def _scatter_add(target, indices, increment):
     increment = coerce(increment)  # (a list holding forward values)
     root, steps, positions = target._target()
     if getattr(target, "_parts", None):
-        target._write(Ellipsis, None)  # (refused, naming the part)
+        raise unsupported("numpy.add.at", "a target that is the real or imaginary part "
+                          "of complex values; add into the complex value instead")
     indices, row_indices, _ = _device_keys(plain(indices), root._array)
     rows = positions[row_indices]
     J_inc = None

@@ -476,6 +476,34 @@ for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply
 del _name, _ufunc
 
 
+def _in_place(name):
+    """The method ``__i<name>__`` of forward values (``x += y``).
+
+    A 0-d forward value is scalar-like: as a numpy scalar's, its in-place
+    operators rebind the name to ``x <op> y``, promoted as numpy promotes
+    (``np.float32(1) += np.array(2.0)`` gives float64, where a 0-d array would
+    stay float32).  Arrays, and views of them (a 0-d view included), are written
+    in place, in their own dtype, by the ufunc with ``out=``, as numpy's are.
+    """
+    general = getattr(NDArrayOperatorsMixin, "__i%s__" % name)
+    rebound = getattr(operator, name + "_" if name in ("and", "or") else name)
+
+    def method(self, other):
+        if type(self) is value:
+            return rebound(self, other)
+        return general(self, other)
+
+    method.__name__ = "__i%s__" % name
+    method.__qualname__ = "value.__i%s__" % name
+    return method
+
+
+for _name in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow",
+              "lshift", "rshift", "and", "xor", "or"):
+    setattr(value, "__i%s__" % _name, _in_place(_name))
+del _name
+
+
 class _array_value(value):
     """A forward value with at least one dimension: indexable, iterable, has a length.
 
@@ -533,7 +561,14 @@ class _View:
     def _jac(self):
         if self._seen_jac != self._root._version:
             self._seen_jac = self._root._version
-            J = jac.take_rows(self._root._jacobian, self._target()[2].ravel())
+            root, _, rows = self._target()
+            J = jac.take_rows(root._jacobian, rows.ravel())
+            if self._parts and J.seed.complex and root.dtype.kind == "c":
+                # (as when the part was taken: the values may have left the axis)
+                elements = _backend.of(root._array).xp.take(
+                    root._array, _backend.to_device(rows, _backend.of(root._array)))
+                if _off_real_axis(elements):
+                    raise _not_complex_differentiable("the real or imaginary part")
             for part in self._parts:
                 J = part(J)
             _JAC.__set__(self, J)
@@ -563,14 +598,22 @@ class _View:
         return self._root, self._steps, rows
 
     def _write(self, key, new):
-        if self._parts:
-            # (the other part of the root's elements would keep its Jacobian
-            # rows: a complex row is not split into parts here)
-            raise UnsupportedOperationError(
-                "writing through the real or imaginary part of a complex forward "
-                "value is not supported; write the complex value instead, e.g. "
-                "z[k] = new + 1j * z[k].imag")
-        value._write(self, key, new)
+        if not self._parts:
+            return value._write(self, key, new)
+        root, steps, rows = self._target()
+        if not _replay(steps, root._array).flags.writeable:
+            raise ValueError("assignment destination is read-only")  # (numpy's words)
+        # a part of complex elements: the elements written whole, the other
+        # part kept (the rows of a complex Jacobian are not split by part)
+        key, row_key, _ = _device_keys(_plain_key(key), root._array)
+        target = rows[row_key]
+        elements = np.unravel_index(target, root.shape)
+        old = root[elements]
+        new = np.broadcast_to(coerce(new), target.shape)
+        if self._parts[-1] is real_part:
+            root[elements] = new + 1j * np.imag(old)
+        else:
+            root[elements] = np.real(old) + 1j * new
 
 
 class _array_view(_View, _array_value):
@@ -602,6 +645,21 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
     view._rows = None
     view._seen_raw = view._seen_jac = root._version
     return view
+
+
+def real_part(J):
+    """The Jacobian of the real part of a complex value whose Jacobian is ``J``."""
+    return _ufuncs.real_part(J)
+
+
+def imaginary_part(J):
+    """The Jacobian of the imaginary part of a complex value whose Jacobian is ``J``."""
+    return _ufuncs.imaginary_part(J)
+
+
+def no_part(J):
+    """The Jacobian of the imaginary part of a real value: zero."""
+    return jac.zero(J.seed, J.n_rows)
 
 
 def _replay(steps, array):

@@ -43,8 +43,9 @@ def check(F, x=X0):
     assert_array_equal(result.value, expected)
     J = result.dvalue
     assert_allclose(J.toarray(), central_differences(F, x), rtol=1e-7, atol=1e-8)
-    pattern = F(forward.seed_sparsity(x.copy())).sparsity
-    assert_array_equal(pattern.toarray()[J.toarray() != 0], True)
+    patterned = F(forward.seed_sparsity(x.copy()))
+    assert_array_equal(patterned.value, expected)
+    assert_array_equal(patterned.sparsity.toarray()[J.toarray() != 0], True)
     return result
 
 
@@ -245,10 +246,31 @@ def test_parts_of_complex_values_follow_the_base():
     expected[0] = 0.0
     expected[0, 1] = 1.0
     assert_array_equal(im.dvalue.toarray(), expected)
+
+
+def _write_parts(u):
+    z = u * (1.0 + 2.0j)
+    z.real[1:3] = u[3:5] ** 2
+    z[::2].imag[0] *= u[5]
+    return np.concatenate([z.real, z.imag, z.real[::-1] * z.imag])
+
+
+def test_writes_through_parts_of_complex_values():
+    check(_write_parts)
+
+
+def test_add_at_into_a_part_refuses():
+    z = forward.seed(X0) * (1.0 + 2.0j)
+    with pytest.raises(UnsupportedOperationError, match="numpy.add.at.*imaginary part"):
+        np.add.at(z.imag, [0], 1.0)
+
+
+def test_parts_off_the_axis_of_a_complex_seed_refuse():
+    x = forward.seed(X0.astype(complex))
+    re = x.real
+    x[0] = x[1] + 1j
     with pytest.raises(UnsupportedOperationError, match="real or imaginary part"):
-        z.real[1] = 0.0
-    with pytest.raises(UnsupportedOperationError, match="real or imaginary part"):
-        np.add.at(z.imag, [0], x[0])
+        re.dvalue
 
 
 # ---- every engine and entry point ---------------------------------------------
