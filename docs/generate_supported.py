@@ -79,7 +79,7 @@ def _derivative_notes(ufunc):
         elif not callable(partial) and partial == 0 and len(partials) > 1:
             notes.append("zero derivative in argument %d" % position)
     if ufunc in rules.NON_HOLOMORPHIC:
-        notes.append("complex input: real seeds only (not complex-differentiable)")
+        notes.append("complex input: not complex-differentiable (see Complex values)")
     return "; ".join(notes)
 
 
@@ -161,6 +161,21 @@ def generate():
     ]
     out += _derivative_table(numpy_rules)
     out += [
+        "",
+        "### Complex values",
+        "",
+        "%s (`NON_HOLOMORPHIC`)"
+        % ", ".join("`%s`" % public_names(u)[0] for u in _sorted(rules.NON_HOLOMORPHIC)),
+        "are not complex-differentiable functions of complex values; neither are the",
+        "real and imaginary parts (`numpy.real`, `numpy.imag`,",
+        "`.real`, `.imag`) and casts of complex values to a real dtype (`astype`,",
+        "`dtype=`). For a real seed through complex values their Jacobian is that of the",
+        "real and imaginary parts of the result. For a complex seed they have a derivative",
+        "only where their complex values lie on the real axis: that of the real function's",
+        "analytic continuation there (`REAL_AXIS`: `sign(x)` for `|x|`, 1 for `conj(x)`",
+        "and the real part, 0 for `sign(x)` and the imaginary part), the complex-step",
+        "convention; off the axis they raise `UnsupportedOperationError` naming the",
+        "function. Such a Jacobian of real values is complex, in their precision.",
         "",
         "### scipy.special",
         "",

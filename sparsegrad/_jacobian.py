@@ -1141,14 +1141,17 @@ def matrix_dtype(seed, value_dtype):
     """The dtype of the scipy matrix of a Jacobian whose value has ``value_dtype``:
     bool in sparsity mode, else the value's own inexact dtype (float32 stays
     float32) but at least float32 (float16 values give a float32 matrix),
-    float64 for integer values."""
+    float64 for integer values; complex in that precision for a complex seed
+    (``abs`` of its values on the real axis is real, its derivative complex)."""
     if seed.pattern_only:
         return np.dtype(np.bool_)
     if np.issubdtype(value_dtype, np.inexact):
         # scipy.sparse has no float16: a csr_matrix stores it, but toarray, @ and
         # the solvers refuse it, so float32 is the smallest float it can use
-        return np.promote_types(value_dtype, np.float32)
-    return np.dtype(np.float64)
+        dtype = np.promote_types(value_dtype, np.float32)
+    else:
+        dtype = np.dtype(np.float64)
+    return np.promote_types(dtype, np.complex64) if seed.complex else dtype
 
 
 def to_scipy(J, dtype):

@@ -26,8 +26,12 @@ one category, kept as data:
 ``UNSUPPORTED``
     ufunc -> reason, for a clear ``TypeError``.
 
-``NON_HOLOMORPHIC`` lists the ufuncs whose complex derivative needs the
-conjugate of the Jacobian (allowed only for real seeds).
+``NON_HOLOMORPHIC`` lists the ufuncs that are not complex-differentiable
+functions of complex values.  For a real seed their derivative takes the
+conjugate of the Jacobian; for a complex seed ``REAL_AXIS`` gives it where
+the values lie on the real axis (the derivative of the analytic continuation
+of the real function, the complex-step convention), and elsewhere they are
+refused.
 
 >>> import numpy as np
 >>> DERIVATIVES[np.exp][0](np.array(0.0), np.array(1.0))
@@ -38,7 +42,7 @@ import numpy as np
 from . import _backend
 
 __all__ = ["Operand", "DERIVATIVES", "SELECTIONS", "SECOND_WHERE", "PIECEWISE_CONSTANT",
-           "PREDICATES", "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "REAL_ONLY",
+           "PREDICATES", "LINEAR_ALGEBRA", "UNSUPPORTED", "NON_HOLOMORPHIC", "REAL_AXIS",
            "classify", "rule_name"]
 
 _SQRT_PI = np.sqrt(np.pi)
@@ -145,7 +149,18 @@ DERIVATIVES = {
                   0),
 }
 
-NON_HOLOMORPHIC = frozenset([np.absolute, np.conjugate])
+NON_HOLOMORPHIC = frozenset([np.absolute, np.conjugate, np.sign])
+
+#: ufunc -> its derivative at complex values ``x`` on the real axis, for a
+#: complex seed: that of the real function's analytic continuation there,
+#: ``sign(x) x`` for ``|x|``, ``x`` for ``conj(x)``, a constant for ``sign(x)``
+#: (a number, or a function of ``x``).  0.0.15 gave ``abs`` of such values the
+#: derivative ``sign(x)``, and complex-step users rely on it.
+REAL_AXIS = {
+    np.absolute: lambda x: np.sign(x.real),
+    np.conjugate: 1,
+    np.sign: 0,
+}
 
 # (comparisons by ufunc call, not operator: a numpy scalar's operator hands the
 # ufunc a 0-d host array, which a CuPy array beside it refuses)
@@ -156,13 +171,6 @@ SELECTIONS = {
     # nan is ignored when the other argument is a number
     np.fmax: lambda x, y, out: np.greater_equal(x, y) | np.isnan(y),
     np.fmin: lambda x, y, out: np.less_equal(x, y) | np.isnan(y),
-}
-
-#: ufuncs whose rule holds for real values only, and why complex values are refused
-REAL_ONLY = {
-    # numpy 2: sign(z) = z / |z| for complex z, neither constant nor
-    # complex-differentiable
-    np.sign: "complex values (sign(z) = z/|z|); write z / np.abs(z) where z != 0",
 }
 
 #: ufunc -> mask(x, y, out), True where the output is the second argument itself;

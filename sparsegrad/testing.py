@@ -202,11 +202,10 @@ def dense_jacobian(fv):
     return np.asarray(jac).reshape(size, -1)
 
 
-def _expected_jacobian_dtype(value):
+def _expected_jacobian_dtype(value, complex_seed=False):
     value = np.asarray(value)
-    if np.issubdtype(value.dtype, np.inexact):
-        return value.dtype
-    return np.dtype(np.float64)
+    dtype = value.dtype if np.issubdtype(value.dtype, np.inexact) else np.dtype(np.float64)
+    return np.promote_types(dtype, np.complex64) if complex_seed else dtype
 
 
 def _check_canonical(jac):
@@ -235,13 +234,13 @@ def _check_canonical(jac):
 
 
 def assert_jacobian_equal(forward_result, expected_dense, rtol=1e-7, atol=0.0, *,
-                          scalar_seed=None, sparsity=False):
+                          scalar_seed=None, sparsity=False, complex_seed=False):
     """Check the Jacobian of a forward value against a dense reference.
 
     Checks that ``forward_result.dvalue`` is a ``scipy.sparse.csr_matrix`` of
     shape ``(value.size, seed.size)`` (a 0-d ndarray for a 0-d value of a
     scalar seed), with the value's dtype (``float64`` for non-inexact values,
-    ``bool`` in sparsity mode), in canonical form (sorted column indices, no
+    complex for a complex seed, ``bool`` in sparsity mode), in canonical form (sorted column indices, no
     duplicates), numerically close to ``expected_dense``, and that every entry
     of ``expected_dense`` with ``|entry| > atol`` is stored in its pattern.
 
@@ -260,6 +259,9 @@ def assert_jacobian_equal(forward_result, expected_dense, rtol=1e-7, atol=0.0, *
     sparsity : bool
         ``forward_result`` comes from ``forward.seed_sparsity``: only the
         boolean pattern is checked to contain the nonzeros of the reference.
+    complex_seed : bool
+        The seed was complex: the Jacobian of a real value (``abs`` of values
+        on the real axis) is then complex, in the value's precision.
 
     Raises
     ------
@@ -304,7 +306,8 @@ def assert_jacobian_equal(forward_result, expected_dense, rtol=1e-7, atol=0.0, *
         stored = np.zeros(jac.shape, dtype=bool)
         rows = np.repeat(np.arange(jac.shape[0]), np.diff(jac.indptr))
         stored[rows, jac.indices] = True
-    want_dtype = np.dtype(bool) if sparsity else _expected_jacobian_dtype(value)
+    want_dtype = (np.dtype(bool) if sparsity
+                  else _expected_jacobian_dtype(value, complex_seed))
     if jac.dtype != want_dtype:
         raise AssertionError("Jacobian dtype is %s, expected %s"
                              % (jac.dtype, want_dtype))
@@ -392,5 +395,5 @@ def check_jacobian(f, x, method="central", rtol=None, atol=None):
                                    err_msg="f returned a constant but depends on x")
         return result
     assert_jacobian_equal(result, expected, rtol=rtol, atol=atol,
-                          scalar_seed=(x.ndim == 0))
+                          scalar_seed=(x.ndim == 0), complex_seed=np.iscomplexobj(x))
     return result

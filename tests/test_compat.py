@@ -7,6 +7,7 @@ dense references written out here or with finite differences
 """
 import doctest
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from sparsegrad import sparsevec as sparsevec_module
 from sparsegrad.functions import (where, dot, hstack, stack, branch, apply,
                                   asdifferentiable)
 from sparsegrad.sparsevec import sparsevec, sparsesum, sparsesum_bare
-from sparsegrad.testing import assert_jacobian_equal, check_jacobian
+from sparsegrad.testing import assert_jacobian_equal, check_jacobian, numerical_jacobian
 
 ELEMENTWISE = ["exp", "log", "sqrt", "abs", "sign", "reciprocal", "square", "sin", "cos",
                "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh",
@@ -662,6 +663,188 @@ def test_sparsevec_and_sparsesum():
 def test_sparsity_mode_pattern_contains_the_jacobian(f):
     true = dense(np.atleast_1d(f(forward.seed(X0))).dvalue)  # (1, n) for sum
     assert_jacobian_equal(f(forward.seed_sparsity(X0)), true, sparsity=True)
+
+
+# ==== complex seeds on the real axis ===================================================
+# Real-only functions (abs, sign, conj, the real part, casts to a real dtype...) of a
+# complex seed's values on the real axis have the derivative of the real function's
+# analytic continuation there, the derivative of the real function itself; off the
+# axis they have none and raise, naming the numpy function.
+COMPLEX_DTYPES = [np.complex128, np.clongdouble]
+#: points on the real axis, none a multiple of pi (the kinks of arccos(cos(x)))
+AXIS_POINTS = np.array([0.5, -1.25, 2.0, -3.0, 4.0])
+
+#: 0.0.15's own cases, and their derivatives on the real axis as dense formulas
+SIGN_CASES = {
+    "abs(x)": (lambda x: abs(x), np.sign),
+    "functions.abs(x)": (lambda x: functions.abs(x), np.sign),
+    "sqrt(x*x)": (lambda x: functions.sqrt(x * x), np.sign),
+    # d arccos(cos x) / dx = sin x / |sin x|
+    "arccos(cos(x)) - abs(x)": (lambda x: functions.arccos(functions.cos(x)) - abs(x),
+                                lambda x: np.sign(np.sin(x)) - np.sign(x)),
+}
+
+
+def _complex_dtype_id(dtype):
+    return np.dtype(dtype).name
+
+
+def _jacobian_dtype(value_dtype):
+    """A complex seed's Jacobian: complex, in the precision of the value."""
+    return np.promote_types(value_dtype, np.complex64)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES, ids=_complex_dtype_id)
+@pytest.mark.parametrize("case", SIGN_CASES)
+def test_complex_seed_on_the_real_axis_differentiates_abs_as_sign(case, dtype):
+    f, derivative = SIGN_CASES[case]
+    x0 = AXIS_POINTS.astype(dtype)
+    y = f(forward.seed(x0))
+    expected_value = f(x0)
+    assert y.value.dtype == expected_value.dtype
+    np.testing.assert_array_equal(y.value, expected_value)
+    J = y.dvalue
+    assert type(J) is scipy.sparse.csr_matrix and J.dtype == np.dtype(dtype)
+    expected = np.diag(derivative(AXIS_POINTS))
+    # (exact to rounding: arccos' = -1/sqrt(1 - c^2) loses digits where |c| is near 1)
+    np.testing.assert_allclose(dense(J), expected, rtol=0, atol=100 * np.finfo(dtype).eps)
+    # the formula itself, against differences of the real function
+    np.testing.assert_allclose(expected, numerical_jacobian(f, AXIS_POINTS, "central"),
+                               atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES, ids=_complex_dtype_id)
+@pytest.mark.parametrize("case", SIGN_CASES)
+def test_complex_scalar_seed_on_the_real_axis(case, dtype):
+    f, derivative = SIGN_CASES[case]
+    for point in AXIS_POINTS:
+        x0 = np.array(point, dtype=dtype)
+        y = f(forward.seed(x0))
+        np.testing.assert_array_equal(y.value, f(x0))
+        J = y.dvalue
+        assert type(J) is np.ndarray and J.shape == () and J.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(J, derivative(point), rtol=0,
+                                   atol=100 * np.finfo(dtype).eps)
+
+
+#: real-only functions of every kind; their derivatives on the real axis are those
+#: of the real functions, found by central differences of these at real points
+REAL_ONLY = {
+    "sign": lambda x: np.sign(x) + x,
+    "conj": lambda x: np.conj(x) * x,
+    "real": lambda x: np.real(x) * x,
+    ".real": lambda x: x.real ** 3,
+    "imag": lambda x: np.imag(x) + 2 * x,
+    ".imag": lambda x: x.imag * x + x,
+    "abs**3": lambda x: np.abs(x) ** 3,
+    "abs*x": lambda x: np.absolute(x) * x,
+    "astype(float)": lambda x: x.astype(np.float64) * x,
+    "sum(dtype=float)": lambda x: np.sum(x * x, dtype=np.float64),
+    "multiply(dtype=float)": lambda x: np.multiply(x, x, dtype=np.float64,
+                                                   casting="unsafe"),
+    "einsum(dtype=float)": lambda x: np.einsum("i,i->i", x, x, dtype=np.float64,
+                                               casting="unsafe"),
+    "norm": lambda x: np.linalg.norm(x) * x,
+    "vdot": lambda x: np.vdot(x, x[::-1]),
+    "hypot(abs)": lambda x: np.hypot(abs(x), 1.5),
+    "arctan2(real)": lambda x: np.arctan2(x.real, 2.0),
+    "fabs(real)": lambda x: np.fabs(x.real) * x,
+    "copysign(real)": lambda x: np.copysign(x.real, -1.0),
+    "heaviside(real)": lambda x: np.heaviside(x.real, 0.5) * x,
+    # (no jump at the points: central differences are the oracle)
+    "floor(abs)": lambda x: np.floor(abs(x) * 1.5 + 0.1) + x,
+    "rint": lambda x: np.rint(x * 1.5 + 0.1) + x * x,
+    "maximum": lambda x: np.maximum(x, 0.75),
+    "fmin(abs)": lambda x: np.fmin(abs(x), 2.5),
+    "clip": lambda x: np.clip(x, -2.0, 3.0),
+    "max": lambda x: np.max(x * x[::-1]),
+    "min": lambda x: np.min(x),
+    "where(real > 0)": lambda x: where(x.real > 0, x, -x * x),
+}
+
+
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES, ids=_complex_dtype_id)
+@pytest.mark.parametrize("case", REAL_ONLY)
+def test_real_only_functions_of_a_complex_seed_on_the_real_axis(case, dtype):
+    f = REAL_ONLY[case]
+    x0 = AXIS_POINTS.astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        y = f(forward.seed(x0))
+        expected_value = f(x0)
+    assert y.value.dtype == expected_value.dtype
+    np.testing.assert_array_equal(y.value, expected_value)
+    J = np.atleast_1d(y).dvalue
+    assert J.dtype == _jacobian_dtype(y.value.dtype)
+    np.testing.assert_allclose(dense(J), numerical_jacobian(f, AXIS_POINTS, "central")
+                               .reshape(J.shape), rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES, ids=_complex_dtype_id)
+def test_complex_seed_of_a_value_moved_onto_the_real_axis(dtype):
+    # the values where the function is applied decide, not the seed's
+    x0 = np.array([0.5 + 0.25j, -2.0 + 0.25j], dtype=dtype)
+    y = abs(forward.seed(x0) - 0.25j)
+    np.testing.assert_array_equal(dense(y.dvalue), np.diag([1, -1]))
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.absolute"):
+        abs(forward.seed(x0))
+
+
+OFF_AXIS = {
+    "abs": (lambda x: abs(x), "numpy.absolute"),
+    "np.abs": (lambda x: np.abs(x), "numpy.absolute"),
+    "functions.abs": (lambda x: functions.abs(x), "numpy.absolute"),
+    "sqrt(x*x) - abs(x)": (lambda x: functions.sqrt(x * x) - abs(x), "numpy.absolute"),
+    "sign": (lambda x: np.sign(x), "numpy.sign"),
+    "conj": (lambda x: np.conj(x), "numpy.conjugate"),
+    "real": (lambda x: np.real(x), "numpy.real"),
+    ".real": (lambda x: x.real, "numpy.real"),
+    "imag": (lambda x: np.imag(x), "numpy.imag"),
+    "astype(float)": (lambda x: x.astype(float), "numpy.real"),
+    "norm": (lambda x: np.linalg.norm(x), "numpy.absolute"),
+    "vdot": (lambda x: np.vdot(x, x), "numpy.conjugate"),
+    "sum(dtype=float)": (lambda x: np.sum(x, dtype=float), "numpy.sum"),
+    "multiply(dtype=float)": (lambda x: np.multiply(x, 2.0, dtype=float, casting="unsafe"),
+                              "numpy.multiply"),
+    "einsum(dtype=float)": (lambda x: np.einsum("...->...", x, dtype=float,
+                                                casting="unsafe"), "numpy.einsum"),
+    "concatenate(dtype=float)": (lambda x: np.concatenate([np.atleast_1d(x)], dtype=float,
+                                                          casting="unsafe"),
+                                 "numpy.concatenate"),
+    "add.at into a real target": (lambda x: np.add.at(np.zeros(2, like=x), [0, 1], x),
+                                  "numpy.add.at"),
+}
+
+
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES, ids=_complex_dtype_id)
+@pytest.mark.parametrize("case", OFF_AXIS)
+def test_real_only_functions_of_a_complex_seed_off_the_real_axis_raise(case, dtype):
+    f, name = OFF_AXIS[case]
+    # one value off the axis is enough
+    for x0 in (np.array([0.5 + 0.25j, 2.0], dtype=dtype), np.array(1j, dtype=dtype)):
+        if x0.ndim == 0 and case == "add.at into a real target":
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+            with pytest.raises(sparsegrad.UnsupportedOperationError, match=name):
+                f(forward.seed(x0))
+
+
+def test_complex_seed_sparsity_mode_on_and_off_the_real_axis():
+    y = abs(forward.seed_sparsity(AXIS_POINTS.astype(complex)))
+    np.testing.assert_array_equal(y.value, np.abs(AXIS_POINTS))
+    np.testing.assert_array_equal(dense(y.sparsity), np.eye(5, dtype=bool))
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.absolute"):
+        abs(forward.seed_sparsity(np.array([1 + 1j, 2.0])))
+
+
+def test_real_seed_through_complex_values_keeps_the_real_derivative():
+    # a real seed: the Jacobian of the real and imaginary parts, also off the axis
+    def f(x):
+        z = x * (1 + 2j) - 0.5j
+        return abs(z) + np.sign(z) + np.conj(z) * 1j + np.real(z) * z.imag
+
+    check_jacobian(f, X0)
 
 
 # ==== known bugs of 0.0.15, fixed ======================================================

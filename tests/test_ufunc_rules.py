@@ -318,8 +318,9 @@ def test_scipy_special_ufuncs_classified_exactly_once():
         assert len(homes) == 1, (ufunc.__name__, homes)
 
 
-def test_non_holomorphic_are_differentiable_rules():
-    assert rules.NON_HOLOMORPHIC <= set(rules.DERIVATIVES)
+def test_non_holomorphic_are_rules_with_a_real_axis_derivative():
+    assert rules.NON_HOLOMORPHIC <= set(rules.DERIVATIVES) | rules.PIECEWISE_CONSTANT
+    assert set(rules.REAL_AXIS) == rules.NON_HOLOMORPHIC
 
 
 @pytest.mark.parametrize("ufunc", [u for u in CASES if getattr(np, u.__name__, None)
@@ -947,11 +948,25 @@ def test_power_zero_is_constant_at_zero(f):
     np.testing.assert_allclose(J, expected, rtol=1e-6, atol=1e-8)
 
 
-def test_sign_of_complex_values_is_refused():
-    x = forward.seed(np.array([0.5, 2.0]))
-    assert (np.sign(x).dvalue != 0).nnz == 0  # real: piecewise constant
+@pytest.mark.parametrize("g", [lambda s: np.sign(s * (1 + 1j) + 1j),
+                               lambda s: np.sign(s + 1j * (s - 0.5)),
+                               lambda s: np.sign(s * (0.5 - 2j)) * s],
+                         ids=["off-axis", "on-axis", "product"])
+def test_sign_of_complex_values_of_a_real_seed(g):
+    # sign(z) = z / |z| is a differentiable function of a real seed (away from
+    # 0), also where z is real but its imaginary part moves
+    x0 = np.array([0.5, -2.0, 1.5])
+    assert (np.sign(forward.seed(x0)).dvalue != 0).nnz == 0  # real: piecewise constant
+    _check(g, x0, "central")
+
+
+def test_sign_of_complex_values_of_a_complex_seed_off_the_real_axis_is_refused():
+    z = forward.seed(np.array([0.5 + 1j, 2.0]))
     with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.sign"):
-        np.sign(x * (1 + 1j) + 1j)
+        np.sign(z)
+    # on the real axis: piecewise constant
+    y = np.sign(forward.seed(np.array([0.5, -2.0], dtype=complex)))
+    np.testing.assert_array_equal(y.dvalue.toarray(), np.zeros((2, 2)))
 
 
 def test_cast_to_an_integer_result_is_piecewise_constant():
