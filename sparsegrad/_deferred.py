@@ -17,6 +17,7 @@ owners copy before writing into them) and copies of the caller's arrays.
 ((3,), array([0., 2., 4.]))
 """
 import math
+import operator
 
 import numpy as np
 
@@ -30,10 +31,13 @@ class Deferred:
     it (numpy's own rules for the operation); :meth:`compute` checks them.
     """
 
-    __slots__ = ("function", "args", "shape", "dtype", "_result")
+    __slots__ = ("function", "args", "shape", "dtype", "contiguous", "_result")
 
-    def __init__(self, function, args, shape, dtype):
+    def __init__(self, function, args, shape, dtype, contiguous=False):
         self.function = function
+        # (whether the result will be a new C-contiguous array: data movement
+        # and concatenations of operands in C order)
+        self.contiguous = contiguous
         self.args = tuple(args)
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
@@ -87,3 +91,49 @@ class Deferred:
 def compute(array):
     """``array`` itself, or the array a :class:`Deferred` stands for."""
     return array.compute() if type(array) is Deferred else array
+
+
+def c_contiguous(array, depth=0):
+    """Whether ``array``, or a :class:`Deferred` one once computed, is C-contiguous.
+
+    Known without computing for a result made ``contiguous`` and for a ufunc of operands of its result's shape whose
+    strides are in C order (numpy then lays the result out in C order); False
+    where it is not known.
+
+    >>> c_contiguous(Deferred(np.exp, (np.ones((2, 3))[:, 1:],), (2, 2), np.float64))
+    True
+    """
+    if type(array) is not Deferred:
+        return bool(array.flags.c_contiguous)
+    if array._result is not None:
+        return bool(array._result.flags.c_contiguous)
+    if array.contiguous:
+        return True
+    if depth > 32 or not isinstance(array.function, np.ufunc):
+        return False
+    for operand in array.args:
+        if not getattr(operand, "shape", ()):
+            continue  # (a scalar)
+        if operand.shape != array.shape:
+            return False  # (broadcast: numpy's layout of the result is not followed here)
+        if not c_ordered(operand, depth + 1):
+            return False
+    return True
+
+
+def c_ordered(array, depth=0):
+    """Whether the strides of ``array`` (computed or not) are in C order; False
+    where it is not known."""
+    if type(array) is Deferred and array._result is None:
+        if array.function is operator.getitem:
+            # (a read of a C-contiguous array: numpy's view of one of that layout)
+            parent, key = array.args
+            if type(key) is np.ndarray or not c_contiguous(parent, depth):
+                return type(key) is np.ndarray  # (a gather: a new array)
+            array = np.empty(parent.shape, parent.dtype)[key]
+        else:
+            return c_contiguous(array, depth)
+    elif type(array) is Deferred:
+        array = array._result
+    strides = [abs(s) for s, n in zip(array.strides, array.shape) if n > 1]
+    return strides == sorted(strides, reverse=True)

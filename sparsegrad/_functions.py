@@ -35,7 +35,7 @@ from . import _backend, _structure
 from . import _jacobian as jac
 from ._errors import unsupported
 from ._indexing import row_index
-from ._deferred import Deferred, compute
+from ._deferred import Deferred, compute, c_contiguous, c_ordered
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian,
                      cast_input, check_real_axis, view_of, _View, real_part,
                      imaginary_part, no_part)
@@ -254,7 +254,8 @@ def _move(apply, operands, fills=False, defer=False, key=None):
             result = apply([compute(v) for v in values], False)
         else:
             result = Deferred(lambda *arrays: apply(list(arrays), False), values, shape,
-                              np.float64)
+                              np.float64, contiguous=all(c_ordered(v) for v in values
+                                                         if getattr(v, "ndim", 0)))
     stacked = jac.vstack(jacobians)
 
     def pair(v, r, k=0):
@@ -398,11 +399,10 @@ def _reshaping(function, order_position):
                            a, _bound(function, args, kwargs))
         a._owns = False  # the result may be a view of its value
         raw = a._raw
-        if (type(raw) is Deferred and not isinstance(a, _View)
+        if (type(raw) is Deferred and not isinstance(a, _View) and c_contiguous(raw)
                 and not _holds_arrays(args, kwargs) and "copy" not in kwargs):
             # (sparsity mode: deferred too; numpy's shape, and whether it gives a
-            # view, from an array of the layout the deferred one will have: a
-            # value computed by numpy from its operands, C-contiguous)
+            # view, from an array of the same layout)
             stand_in = np.empty(raw.shape, raw.dtype)
             reshaped = function(stand_in, *args, **kwargs)
             result = make(Deferred(lambda array: function(array, *args, **kwargs), (raw,),
@@ -589,7 +589,8 @@ def _joined_in_order(function, arrays, args, kwargs):
     if jacobian.seed.pattern_only and all(
             type(raw) in _DEFERRABLE and raw.dtype == np.float64 for raw in raws):
         return make(Deferred(lambda *parts: np.concatenate(parts, axis=axis), raws, shape,
-                             np.float64), jacobian)
+                             np.float64, contiguous=all(c_ordered(r) for r in raws if r.ndim)),
+                    jacobian)
     return make(np.concatenate([x._value for x in arrays], axis=axis), jacobian)
 
 

@@ -211,8 +211,22 @@ def _copies(u):
     return np.concatenate([R, fancy, masked, flat, flattened, copied, rolled])
 
 
-def test_copies_do_not_alias():
-    check(_copies)
+def _reshapes_of_computed_values(u):
+    transposed = u.reshape(2, 3).T * 2.0          # (numpy lays it out in F order)
+    flat = transposed.reshape(-1)                 # a copy
+    flat[0] = u[1] ** 2
+    ordered = np.exp(u.reshape(3, 2)[:, ::-1] * 0.5)
+    again = ordered.reshape(-1)                   # a view
+    again[1] = u[0] * 3.0
+    padded = np.pad(u.reshape(2, 3), 1)
+    inner = padded.reshape(-1)                    # a view
+    inner[0] = u[5]
+    return np.concatenate([transposed.ravel(), flat, ordered.ravel(), padded.ravel()])
+
+
+@pytest.mark.parametrize("F", [_copies, _reshapes_of_computed_values])
+def test_copies_do_not_alias(F):
+    check(F)
 
 
 def test_astype_without_copy_is_the_value_itself():
