@@ -475,6 +475,33 @@ for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply
     setattr(value, "__r%s__" % _name, _operator(_ufunc, "r" + _name, reflected=True))
 del _name, _ufunc
 
+#: numpy's operator ``a ** p`` of a floating or complex array ``a`` and the Python
+#: int -1 or 2 or the Python float 0.5 calls reciprocal, square or sqrt instead
+#: of power (for complex values a rounding apart); numpy scalars do not
+_POWER_BY = {(int, -1): np.reciprocal, (int, 2): np.square, (float, 0.5): np.sqrt}
+
+
+def _power_shortcut(x, exponent):
+    """The ufunc that numpy's ``x ** exponent`` calls instead of power, or None."""
+    if type(exponent) is not int and type(exponent) is not float:
+        return None
+    if type(x) is value or x.dtype.kind not in "fc":  # (0-d values: scalar-like)
+        return None
+    return _POWER_BY.get((type(exponent), exponent))
+
+
+_power = value.__pow__
+
+
+def _pow(self, other):
+    """``self ** other`` as numpy's operator computes it (see ``_POWER_BY``)."""
+    shortcut = _power_shortcut(self, other)
+    return _power(self, other) if shortcut is None else shortcut(self)
+
+
+_pow.__name__, _pow.__qualname__ = "__pow__", "value.__pow__"
+value.__pow__ = _pow
+
 
 def _in_place(name):
     """The method ``__i<name>__`` of forward values (``x += y``).
@@ -491,6 +518,10 @@ def _in_place(name):
     def method(self, other):
         if type(self) is value:
             return rebound(self, other)
+        if name == "pow":
+            shortcut = _power_shortcut(self, other)
+            if shortcut is not None:
+                return shortcut(self, out=(self,))
         return general(self, other)
 
     method.__name__ = "__i%s__" % name
