@@ -192,6 +192,21 @@ def _call(ufunc, inputs, kwargs):
     return _differentiate(ufunc, forwards, values, out, constants)
 
 
+def power_by(shortcut, x, exponent):
+    """``x ** exponent`` as numpy's operator computes it for an array ``x`` and the
+    Python number -1, 2 or 0.5: the value by ``shortcut`` (reciprocal, square or
+    sqrt: for complex values a rounding apart from power), the Jacobian by
+    power's rule, the same as any other power's (and a recorded program's)."""
+    raw = x._raw
+    if type(raw) is Deferred:  # (sparsity mode: computed when read, the pattern x's)
+        x._owns = False
+        return make(Deferred(shortcut, (raw,), raw.shape, raw.dtype), x._jacobian)
+    out = shortcut(x._value)
+    partials = rules.DERIVATIVES[np.power]
+    return _differentiate(np.power, [(0, x)],
+                          _at_precision([x._value, exponent], out.dtype, partials), out, [])
+
+
 def _differentiate(ufunc, forwards, values, out, constants):
     """``out`` with the Jacobian of the rule ``DERIVATIVES[ufunc]`` (chain rule).
 

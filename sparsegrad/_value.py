@@ -496,7 +496,7 @@ _power = value.__pow__
 def _pow(self, other):
     """``self ** other`` as numpy's operator computes it (see ``_POWER_BY``)."""
     shortcut = _power_shortcut(self, other)
-    return _power(self, other) if shortcut is None else shortcut(self)
+    return _power(self, other) if shortcut is None else _ufuncs.power_by(shortcut, self, other)
 
 
 _pow.__name__, _pow.__qualname__ = "__pow__", "value.__pow__"
@@ -520,8 +520,9 @@ def _in_place(name):
             return rebound(self, other)
         if name == "pow":
             shortcut = _power_shortcut(self, other)
-            if shortcut is not None:
-                return shortcut(self, out=(self,))
+            if shortcut is not None:  # (the dtype kept: written as it is)
+                self[...] = _ufuncs.power_by(shortcut, self, other)
+                return self
         return general(self, other)
 
     method.__name__ = "__i%s__" % name
