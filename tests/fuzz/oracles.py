@@ -1,0 +1,459 @@
+"""What sparsegrad must agree with on a drawn program.
+
+``general`` programs: the value is numpy's run of the same source on plain
+arrays, bit for bit and of the same dtype; the Jacobian matches the complex
+step (programs that are analytic, real dtypes) and central differences
+(:mod:`sparsegrad.testing`), with one-sided differences at kinks; the pattern
+of ``forward.seed_sparsity`` holds every stored entry and equals the pattern
+at other values; ``sparsegrad.jvp`` gives ``J @ v``; the recorded engine
+(``trace=True``) gives the eager engine's value and Jacobian bit for bit.
+
+``recorded`` programs: one function object called at points of changing
+lengths and values, by both engines, every call checked as above (value,
+complex step, recorded against eager).
+
+``unsupported`` programs: every mode raises a ``TypeError``.
+"""
+import collections
+import traceback
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+import sparsegrad
+from sparsegrad import forward
+from sparsegrad.testing import assert_jacobian_equal, numerical_jacobian
+
+#: oracle names, in the order they are checked
+ORACLES = ("exception", "value", "jacobian", "pattern", "pattern_values", "jvp", "trace",
+           "refusal", "harness")
+
+#: tags under which the complex step is not the derivative
+NOT_ANALYTIC = frozenset({"complex_intermediate"})
+
+#: relative tolerances (complex step, central differences) by dtype of the point
+TOLERANCES = {np.dtype(np.float64): (1e-9, 1e-5), np.dtype(np.longdouble): (1e-12, 1e-7),
+              np.dtype(np.complex128): (None, 1e-5), np.dtype(np.float32): (2e-3, 2e-3)}
+
+
+class Mismatch:
+    """One disagreement: the oracle, a message and the call (recorded programs)."""
+
+    def __init__(self, oracle, message, call=None):
+        self.oracle = oracle
+        self.message = message
+        self.call = call
+
+    def __repr__(self):
+        where = "" if self.call is None else " (call %d)" % self.call
+        return "%s%s: %s" % (self.oracle, where, self.message)
+
+
+class Outcome:
+    """The mismatches of one program and the counts of what was checked."""
+
+    def __init__(self):
+        self.mismatches = []
+        self.counts = collections.Counter()
+
+    def fail(self, oracle, message, call=None):
+        self.mismatches.append(Mismatch(oracle, message, call))
+
+    @property
+    def ok(self):
+        return not self.mismatches
+
+
+class _Quiet:
+    """numpy's floating-point warnings off: values are compared, not warnings."""
+
+    def __enter__(self):
+        self._err = np.seterr(all="ignore")
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        self._warnings.__exit__(*exc)
+        np.seterr(**self._err)
+
+
+def _short(array):
+    return np.array2string(np.asarray(array), precision=6, threshold=12, edgeitems=3,
+                           max_line_width=100).replace("\n", "")
+
+
+def _value_difference(got, expected):
+    """Why ``got`` is not numpy's ``expected`` bit for bit, or None."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return "%s %s, numpy gives %s %s" % (got.dtype, got.shape, expected.dtype,
+                                              expected.shape)
+    if not np.array_equal(got, expected, equal_nan=True):
+        differ = np.flatnonzero(~((got == expected) | (got != got) & (expected != expected)))
+        return "differs at %d of %d elements, first at %d: got %s, numpy %s (got %s, numpy " \
+               "%s)" % (differ.size, got.size, differ[0], got.ravel()[differ[0]],
+                        expected.ravel()[differ[0]], _short(got), _short(expected))
+    return None
+
+
+def _pattern(matrix):
+    """The stored entries of a sparse matrix as a dense boolean array."""
+    matrix = sp.csr_matrix(matrix)
+    stored = np.zeros(matrix.shape, dtype=bool)
+    rows = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    stored[rows, matrix.indices] = True
+    return stored
+
+
+def _canonical(matrix):
+    matrix = sp.csr_matrix(matrix, copy=True)
+    matrix.has_sorted_indices = False
+    matrix.sort_indices()
+    return matrix
+
+
+def _same_matrix(a, b):
+    """Why two sparse Jacobians are not the same bit for bit (NaN equal to NaN), or None."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return "%s %s against %s %s" % (a.dtype, a.shape, b.dtype, b.shape)
+    a, b = _canonical(a), _canonical(b)
+    if not np.array_equal(a.indptr, b.indptr) or not np.array_equal(a.indices, b.indices):
+        return "patterns differ (%d and %d stored entries)" % (a.nnz, b.nnz)
+    if not np.array_equal(a.data, b.data, equal_nan=True):
+        k = int(np.flatnonzero(~((a.data == b.data) | (a.data != a.data)
+                                 & (b.data != b.data)))[0])
+        row = int(np.searchsorted(a.indptr, k, side="right") - 1)
+        return "entry (%d, %d): %r against %r" % (row, a.indices[k], a.data[k], b.data[k])
+    return None
+
+
+def _first_difference(dense, reference, rtol, atol):
+    with _Quiet():
+        bad = ~(np.abs(dense - reference) <= atol + rtol * np.abs(reference))
+    if not bad.any():
+        return ""
+    row, col = np.argwhere(bad)[0]
+    return "; %d entries off, first (%d, %d): sparsegrad %r, reference %r" % (
+        bad.sum(), row, col, dense[row, col].item(), reference[row, col].item())
+
+
+def _one_sided(f, x, step, sign):
+    """One-sided differences in double precision (or longdouble), column by column."""
+    x = np.asarray(x)
+    work = np.result_type(x.dtype, np.float64)
+    flat = x.astype(work).ravel()
+    f0 = np.asarray(f(flat.reshape(x.shape).copy())).ravel()
+    columns = []
+    for j in range(flat.size):
+        moved = flat.copy()
+        h = step * max(1.0, abs(flat[j]))
+        moved[j] += sign * h
+        width = (moved[j] - flat[j]) * sign
+        columns.append((np.asarray(f(moved.reshape(x.shape))).ravel() - f0) / width * 1.0)
+    return np.stack(columns, axis=1) if columns else np.zeros((f0.size, 0))
+
+
+def _kink_explains(f, x, dense, rtol):
+    """Whether every entry agrees with the left or the right derivative (a
+    kink within the central differences' step)."""
+    with _Quiet():
+        right = _one_sided(f, x, 1e-8, 1.0)
+        left = _one_sided(f, x, 1e-8, -1.0)
+    scale = max(1.0, float(np.max(np.abs(np.concatenate([right, left]))), initial=0.0))
+    tol = max(rtol, 1e-4) * scale
+    return bool(np.all((np.abs(dense - right) <= tol) | (np.abs(dense - left) <= tol)))
+
+
+def _check_jacobian(program, f, x, y, outcome, call=None):
+    """``y``'s Jacobian against the complex step and central differences at ``x``."""
+    cs_rtol, fd_rtol = TOLERANCES[program.dtype]
+    value = np.asarray(y.value)
+    with _Quiet():
+        try:
+            central = numerical_jacobian(f, x, method="central")
+        except ValueError:
+            central = np.full((1, 1), np.nan)     # (a step lost in rounding)
+    references = []
+    if (cs_rtol is not None and value.dtype.kind != "c"
+            and not program.tags & NOT_ANALYTIC):
+        with _Quiet():
+            try:
+                step = numerical_jacobian(f, x, method="complex")
+            except (TypeError, ValueError):
+                step = None     # (a scipy.special function without complex loops)
+        if step is not None and np.all(np.isfinite(step)):
+            references.append((step, cs_rtol, "the complex step"))
+    if np.all(np.isfinite(central)) and program.family != "recorded":
+        # (recorded programs meet ill-conditioned values at their later points,
+        # where central differences say little; the complex step does not care)
+        references.append((central, fd_rtol, "central differences"))
+    if not references:
+        outcome.counts["jacobian skipped (not finite)"] += 1
+        return
+    # agreeing with one reference is enough: each can be off where the other is
+    # not (the complex step through a branch cut, central differences across a
+    # kink or at ill-conditioned values)
+    failures = []
+    for reference, rtol, name in references:
+        why = _jacobian_difference(program, f, x, y, reference, rtol, name == "central "
+                                   "differences")
+        if why is None:
+            outcome.counts["jacobian by " + name] += 1
+            return
+        failures.append("against %s: %s" % (name, why))
+    outcome.fail("jacobian", "; ".join(failures), call)
+
+
+def _jacobian_difference(program, f, x, y, reference, rtol, central):
+    """Why ``y``'s Jacobian is not ``reference`` to ``rtol``, or None."""
+    scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
+    try:
+        with _Quiet():
+            assert_jacobian_equal(y, reference, rtol=rtol, atol=rtol * scale)
+    except AssertionError as exc:
+        message = str(exc).strip().splitlines()[0]
+        if not message.startswith(("Jacobian differs", "Jacobian dtype", "Jacobian must",
+                                   "Jacobian has shape", "CSR")):
+            message = str(exc).strip().replace("\n", " ")[:300]
+        dense = y.dvalue.toarray() if sp.issparse(y.dvalue) else None
+        if dense is None or dense.shape != reference.shape:
+            return message
+        if (central and "nonsmooth" in program.tags
+                and message.startswith("Jacobian differs")
+                and _kink_explains(f, x, dense, rtol)):
+            return None
+        if message.startswith("Jacobian differs"):
+            message = "Jacobian differs"
+        return message + _first_difference(dense, reference, rtol, rtol * scale)
+    return None
+
+
+def _elsewhere(x):
+    """Other values at the shape of ``x``: some signs flipped, magnitudes changed."""
+    rng = np.random.default_rng(x.size)
+    return (x * np.where(rng.random(x.shape) < 0.4, -1.0, 1.0)
+            * rng.uniform(0.5, 1.5, x.shape)).astype(x.dtype)
+
+
+def _check_pattern(f, x, y, expected, outcome):
+    with _Quiet():
+        s = f(forward.seed_sparsity(x.copy()))
+        why = _value_difference(s.value, expected)
+    if why:
+        outcome.fail("pattern_values", "seed_sparsity's value " + why)
+    stored = _pattern(y.dvalue)
+    pattern = _pattern(s.sparsity)
+    if pattern.shape != stored.shape:
+        outcome.fail("pattern", "seed_sparsity's pattern has shape %s, the Jacobian %s"
+                     % (pattern.shape, stored.shape))
+        return
+    missing = stored & ~pattern
+    if missing.any():
+        row, col = np.argwhere(missing)[0]
+        outcome.fail("pattern", "%d stored entries of the Jacobian missing from "
+                     "seed_sparsity's pattern, first (%d, %d)" % (missing.sum(), row, col))
+    elif (pattern & ~stored).any():
+        outcome.fail("pattern", "seed_sparsity's pattern has %d entries the Jacobian does "
+                     "not store" % (pattern & ~stored).sum())
+    outcome.counts["pattern"] += 1
+
+
+def _check_pattern_elsewhere(f, x, y, outcome):
+    """The pattern does not depend on the values."""
+    point = _elsewhere(x)
+    with _Quiet():
+        try:
+            f(point.copy())
+        except Exception:
+            return      # (numpy refuses it too: a read by values' mask, another shape)
+        other = f(forward.seed(point))
+    if not isinstance(other, forward.value) or other.value.shape != y.value.shape:
+        return      # (a boolean-mask read by values: another shape)
+    if not np.array_equal(_pattern(other.dvalue), _pattern(y.dvalue)):
+        outcome.fail("pattern", "the pattern at other values differs (%d and %d entries)"
+                     % (_pattern(other.dvalue).sum(), _pattern(y.dvalue).sum()))
+
+
+def _check_jvp(program, f, x, y, expected, outcome):
+    rng = np.random.default_rng(program.seed)
+    v = rng.standard_normal(x.shape)
+    if x.dtype.kind == "c":
+        v = v + 1j * rng.standard_normal(x.shape)
+    v = v.astype(x.dtype)
+    with _Quiet():
+        value, derivative = sparsegrad.jvp(f, x.copy(), v)
+    why = _value_difference(value, expected)
+    if why:
+        outcome.fail("jvp", "value " + why)
+        return
+    J = sp.csr_matrix(y.dvalue)
+    with _Quiet():
+        product = np.asarray(J @ v.ravel()).reshape(np.shape(expected))
+        bound = np.asarray(abs(J) @ np.abs(v.ravel())).reshape(np.shape(expected))
+    derivative = np.asarray(derivative)
+    if derivative.shape != product.shape:
+        outcome.fail("jvp", "derivative of shape %s, J @ v %s" % (derivative.shape,
+                                                                  product.shape))
+        return
+    # (a float32 seed's derivatives are rounded to float32 where its values are,
+    # even when the result is promoted; and both sides round the terms of an
+    # entry before they cancel, hence a share of the largest product too)
+    eps = max(np.finfo(J.dtype).eps, np.finfo(x.dtype).eps)
+    with _Quiet():
+        tol = 64 * eps * (bound + max(1.0, float(np.max(bound, initial=0.0))))
+        close = (np.abs(derivative - product) <= tol) | (
+            np.isnan(derivative) & np.isnan(product)) | (derivative == product)
+    if not close.all():
+        k = int(np.flatnonzero(~close.ravel())[0])
+        outcome.fail("jvp", "J @ v differs at %d of %d, first at %d: jvp %r, J @ v %r"
+                     % ((~close).sum(), close.size, k, derivative.ravel()[k],
+                        product.ravel()[k]))
+    outcome.counts["jvp"] += 1
+
+
+def _engines_agree(f, eager, recorded, x, outcome, call=None, first="eager"):
+    """The recorded engine's value and Jacobian are the eager engine's, bit for bit."""
+    results = {}
+    for name in ((first, "recorded") if first == "eager" else ("recorded", "eager")):
+        engine = eager if name == "eager" else recorded
+        try:
+            with _Quiet():
+                results[name] = engine(x.copy())
+        except Exception as exc:
+            results[name] = exc
+    e, r = results["eager"], results["recorded"]
+    if isinstance(e, Exception) or isinstance(r, Exception):
+        if type(e) is not type(r):
+            outcome.fail("trace", "eager %s, recorded %s" % (
+                type(e).__name__ if isinstance(e, Exception) else "returned",
+                "%s: %s" % (type(r).__name__, r) if isinstance(r, Exception) else "returned"),
+                call)
+        return results
+    why = _value_difference(r[0], e[0])
+    if why is None:
+        why = _same_matrix(r[1], e[1])
+    if why:
+        outcome.fail("trace", "recorded against eager: " + why, call)
+    outcome.counts["trace"] += 1
+    return results
+
+
+def _general(program, outcome):
+    f = program.function()
+    x = program.points[0]
+    with _Quiet():
+        expected = f(x.copy())
+    try:
+        with _Quiet():
+            y = f(forward.seed(x.copy()))
+    except Exception as exc:
+        outcome.fail("exception", "%s: %s" % (type(exc).__name__, str(exc)[:300]))
+        return
+    got = y.value if isinstance(y, forward.value) else y
+    why = _value_difference(got, expected)
+    if why:
+        outcome.fail("value", why)
+    outcome.counts["value"] += 1
+    if not isinstance(y, forward.value):
+        outcome.counts["result without derivative"] += 1
+        return
+    checks = [("jacobian", lambda: _check_jacobian(program, f, x, y, outcome)),
+              ("seed_sparsity", lambda: _check_pattern(f, x, y, expected, outcome)),
+              ("seed at other values", lambda: "value_mask_read" in program.tags
+               or _check_pattern_elsewhere(f, x, y, outcome)),
+              ("jvp", lambda: _check_jvp(program, f, x, y, expected, outcome))]
+    if program.dtype == np.float64:
+        checks.append(("value_and_jacobian", lambda: _check_engines(f, x, outcome)))
+    for mode, run in checks:
+        try:
+            run()
+        except Exception as exc:
+            outcome.fail("exception", "%s: %s: %s" % (mode, type(exc).__name__,
+                                                       str(exc)[:300]))
+
+
+def _check_engines(f, x, outcome):
+    eager = sparsegrad.value_and_jacobian(f)
+    recorded = sparsegrad.value_and_jacobian(f, trace=True)
+    for k, point in enumerate((x, _elsewhere(x), x)):
+        _engines_agree(f, eager, recorded, point, outcome, k)
+    info = recorded.cache_info()
+    outcome.counts["recorded calls: compiled or by a program"] += info.misses + info.hits
+
+
+def _recorded(program, outcome):
+    f = program.function()
+    eager = sparsegrad.value_and_jacobian(f)
+    recorded = sparsegrad.value_and_jacobian(f, trace=True)
+    first = "recorded" if program.seed % 2 else "eager"
+    for k, x in enumerate(program.points):
+        with _Quiet():
+            expected = f(x.copy())
+        results = _engines_agree(f, eager, recorded, x, outcome, k, first)
+        e = results["eager"]
+        if isinstance(e, Exception):
+            outcome.fail("exception", "%s: %s" % (type(e).__name__, str(e)[:300]), k)
+            continue
+        why = _value_difference(e[0], expected)
+        if why:
+            outcome.fail("value", why, k)
+            continue
+        if np.all(np.isfinite(expected)):
+            y = _Evaluated(e[0], e[1])
+            _check_jacobian(program, f, x, y, outcome, k)
+    info = recorded.cache_info()
+    outcome.counts["recorded calls: compiled"] += info.misses
+    outcome.counts["recorded calls: by a program"] += info.hits
+    outcome.counts["recorded calls: eager"] += info.fallbacks
+
+
+class _Evaluated:
+    """A value and Jacobian in the shape of a forward value, for the oracles."""
+
+    def __init__(self, value, dvalue):
+        self.value = value
+        self.dvalue = dvalue
+
+
+def _unsupported(program, outcome):
+    f = program.function()
+    x = program.points[0]
+    modes = {"seed": lambda: f(forward.seed(x.copy())),
+             "seed_sparsity": lambda: f(forward.seed_sparsity(x.copy())).value,
+             "jvp": lambda: sparsegrad.jvp(f, x.copy(), np.ones_like(x)),
+             "trace": lambda: sparsegrad.value_and_jacobian(f, trace=True)(x.copy())}
+    for mode, run in modes.items():
+        try:
+            with _Quiet():
+                run()
+        except TypeError:
+            outcome.counts["refused"] += 1
+        except Exception as exc:
+            outcome.fail("refusal", "%s raised %s instead of a TypeError: %s"
+                         % (mode, type(exc).__name__, str(exc)[:200]))
+        else:
+            outcome.fail("refusal", "%s returned instead of raising a TypeError" % mode)
+
+
+def check(program):
+    """Check sparsegrad on ``program`` against every oracle of its family.
+
+    Parameters
+    ----------
+    program : tests.fuzz.programs.Program
+
+    Returns
+    -------
+    Outcome
+        The mismatches (empty when sparsegrad agrees everywhere) and counts of
+        the checks made.
+    """
+    outcome = Outcome()
+    family = {"general": _general, "recorded": _recorded, "unsupported": _unsupported}
+    try:
+        family[program.family](program, outcome)
+    except Exception:
+        outcome.fail("harness", traceback.format_exc(limit=4).strip().splitlines()[-1])
+    return outcome
