@@ -3,14 +3,23 @@
 :func:`compile_tape` turns the tape of a call on light values
 (:class:`sparsegrad._trace.Tape`: the operations' structure, the lengths of
 their results, the index arrays they gathered by) into a :class:`Program` of
-``sparsegrad._fast.run_program``: symbolic forward differentiation by the
-rule table :data:`RULES`, every entry of the Jacobian an expression of the
-operations' values at rows that depend only on the structure, the output's
-rows cut into segments of the same terms, each segment's expressions
-emitted as instructions on buffers of a block of rows, and the pattern with
-the place each term's entry takes.  How the expressions are kept small
-(scalars folded, signs moved out, cheap values recomputed) is in
-``docs/architecture.md``.
+``sparsegrad._fast.run_program`` whose result is the eager way's Jacobian bit
+for bit.  Every operation is differentiated by the eager way's own rule
+(``sparsegrad._ufunc_rules.DERIVATIVES``, called on symbolic values: a partial
+is the expression numpy evaluates there, in its order), and the partials are
+combined as the eager Jacobian algebra (``sparsegrad._jacobian``) combines
+them: a value's Jacobian is a sum of terms ``s * diag(d) * M`` (a scalar, a
+row factor, a selection named as the eager way's caches name its matrices),
+scaled, gathered, masked, summed and finally merged by the same rules, in the
+same order.  Every entry of the result is then an expression of the
+operations' values at rows that depend only on the structure; the output's
+rows are cut into segments of the same terms, each segment's expressions are
+emitted as instructions on buffers of a block of rows, and the pattern gives
+the place each term's entry takes.  What the program cannot reproduce raises
+:class:`Untraceable` (the call then goes the eager way): a merge of terms
+before the result (a concatenation read, masked or added to another value),
+more terms than the eager way keeps apart, more reads of one value than its
+caches keep, a rule that needs more than arithmetic and ufuncs.
 
 >>> import numpy as np
 >>> from sparsegrad._trace import Tape, Traced
@@ -19,22 +28,28 @@ the place each term's entry takes.  How the expressions are kept small
 >>> program = compile_tape(tape, y.node)
 >>> program.shape, len(program.indices)
 ((2, 3), 2)
->>> np.round(program.run(tape), 3)
+>>> np.round(program.run(tape, program.scalars(tape)), 3)
 array([14.778, 40.171])
 """
 import collections
+import itertools
+import operator
 
 import numpy as np
 
 from . import _fast
+from . import _jacobian
 from ._jacobian import _index_dtype
+from ._ufunc_rules import DERIVATIVES
 
-__all__ = ["Untraceable", "RULES", "Program", "compile_tape"]
+__all__ = ["Untraceable", "Program", "compile_tape"]
 
 
 class Untraceable(Exception):
     """What the recorder does not take: the call goes the eager way."""
 
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 # ---------------------------------------------------------------- expressions
@@ -43,27 +58,40 @@ class _Expressions:
     """Expressions of the Jacobian's entries, hash-consed (one id per form, so
     that an expression met twice is computed once per block).
 
-    Scalars (the same for every row) are ``("lit", c)``, ``("param", k)``
-    (scalar ``k`` of the call) and ``(op, a, b)`` for ``op`` in
-    ``_SCALAR_OPS``: computed once per call.  Vectors are ``("leaf", node,
-    map)`` (a node's values at mapped rows: a map ``(array, start, step)``
-    sends row ``j`` of a term to row ``arrays[array][start + step * j]`` of
-    the node, or ``start + step * j`` for ``array`` -1; a map ``(array, start,
-    step, offset)`` adds ``offset`` to the array's row), the unary and
-    binary ops of ``run_program``, ``("scale", x, s)``, ``("shift", x, s)``,
-    ``("rdivide", x, s)`` (``x * s``, ``x + s``, ``s / x`` by a scalar ``s``)
-    and ``("power", x, c)``.  The builders fold scalars and move signs and
-    scalar factors outwards into one scaling (``-(c * (u * -v))`` is ``(u *
-    v) scaled by c``), so that a chain of constant factors costs one pass.
+    Scalars (the same for every row) are ``("lit", type, repr)`` (a number of
+    the rules or the algebra, kept with its type in ``literals``), ``("param",
+    k)`` (scalar ``k`` of the call, the eager way's ``np.float64`` or
+    ``np.int64``) and operations on them (``_SCALAR_OPS``, ``sneg``,
+    ``sfloat``, ``sufunc``): computed once per call, with numpy's scalar
+    arithmetic.  Vectors are ``("leaf", node, map)`` (a node's values at mapped
+    rows: a map ``(array, start, step, offset)`` sends row ``j`` of a term to
+    row ``arrays[array][start + step * j] + offset`` of the node, or ``start +
+    step * j + offset`` for ``array`` -1; ``node`` ``("aux", k)`` is the k-th
+    value numpy computes at every call, ``aux``), the binary ops of
+    ``run_program`` (a scalar operand of ``divide`` or ``keep`` is a buffer
+    filled with it), ``("scale", x, s)``, ``("shift", x, s)``, ``("rdivide",
+    x, s)`` (``x * s``, ``x + s``, ``s / x``), ``negative`` and ``sqrt``.
+
+    The builders rewrite nothing that would round otherwise: ``x - c`` is
+    ``x + (-c)`` and ``c - x`` is ``(-x) + c`` (IEEE subtraction adds the
+    negated operand), ``x * 1`` is ``x``, operands of ``+`` and ``*`` are
+    ordered (both commute exactly); everything else is computed as written.
     """
 
-    def __init__(self):
+    def __init__(self, params):
         self.ids = {}
         self.forms = []
+        self.literals = {}     # id of a "lit" -> the number
         self.values = {}       # node -> the expression of its value, where inlined
         self.array = _Arrays()   # maps' materialised row numbers
         self.arrays = self.array.arrays
+        self.aux = []          # (ufunc, operands, rows) of the values numpy computes
+        self._aux_ids = {}
         self._composed = {}
+        self._params = params  # (the compiled call's scalars: the values of guards)
+        self._scalar_values = {}
+        self.rows = 0          # the rows of the rule being evaluated (aux values)
+        self._unique = itertools.count()
 
     def make(self, form):
         i = self.ids.get(form)
@@ -75,8 +103,18 @@ class _Expressions:
     def scalar(self, e):
         return self.forms[e][0] in _SCALAR_KINDS
 
+    def unique(self):
+        """A number for a key of its own."""
+        return next(self._unique)
+
     def lit(self, c):
-        return self.make(("lit", float(c)))
+        # (the type and repr name a number: 2 and 2.0, 0.0 and -0.0 differ)
+        i = self.make(("lit", type(c).__name__, repr(c)))
+        self.literals[i] = c
+        return i
+
+    def is_one(self, e):
+        return self.forms[e][0] == "lit" and self.literals[e] == 1
 
     def leaf(self, node):
         return self.make(("leaf", node, _IDENTITY))
@@ -84,8 +122,26 @@ class _Expressions:
     def value(self, node):
         """The value of ``node``: an expression of other nodes' values where
         that is a few cheap operations (so that a program reads fewer
-        arrays: ``u ** 2`` gathered is ``u`` gathered, squared), else a leaf."""
-        return self.values.get(node) or self.leaf(node)
+        arrays: ``eta * u`` gathered is ``eta`` and ``u`` gathered,
+        multiplied), else a leaf."""
+        e = self.values.get(node)
+        return self.leaf(node) if e is None else e
+
+    def scalar_value(self, e):
+        """The value of scalar ``e`` at the compiled call."""
+        known = self._scalar_values.get(e)
+        if known is None:
+            form = self.forms[e]
+            if form[0] == "lit":
+                known = self.literals[e]
+            elif form[0] == "param":
+                known = self._params[form[1]]
+            else:
+                with np.errstate(all="ignore"):
+                    known = _scalar_result(form[0], _scalar_function(form), [
+                        self.scalar_value(a) for a in _scalar_operands(form)])
+            self._scalar_values[e] = known
+        return known
 
     def size(self, e):
         """Operations of ``e`` (scalars and leaves are free), shared ones once."""
@@ -102,83 +158,86 @@ class _Expressions:
             stack.extend(_children(form))
         return count
 
-    def _scalar_op(self, op, a, b):
-        fa, fb = self.forms[a], self.forms[b]
-        if fa[0] == "lit" and fb[0] == "lit":
-            return self.lit(_SCALAR_OPS[op](fa[1], fb[1]))
-        if op == "s*" and fa == ("lit", 1.0):
-            return b
-        if op in ("s*", "s/") and fb == ("lit", 1.0):
+    # ---- builders
+    def scalar_op(self, kind, operands, function=None):
+        """A scalar operation (``function``: the ufunc of ``sufunc``), folded
+        when every operand is a number."""
+        if all(self.forms[a][0] == "lit" for a in operands):
+            try:
+                with np.errstate(all="ignore"):
+                    return self.lit(_scalar_result(kind, function, [
+                        self.literals[a] for a in operands]))
+            except Exception as exc:
+                raise Untraceable("a scalar of the rules that raises %s"
+                                  % type(exc).__name__) from None
+        head = (kind, function) if kind == "sufunc" else (kind,)
+        return self.make(head + tuple(operands))
+
+    def arith(self, op, a, b):
+        """``a op b`` for ``op`` one of add, subtract, multiply, divide."""
+        sa, sb = self.scalar(a), self.scalar(b)
+        if sa and sb:
+            return self.scalar_op(_SCALAR_OF[op], (a, b))
+        if op == "add":
+            if sa:
+                a, b = b, a
+            if sb:
+                return self.make(("shift", a, b))
+            return self.make(("add",) + tuple(sorted((a, b))))
+        if op == "subtract":
+            if sb:
+                return self.make(("shift", a, self.scalar_op("sneg", (b,))))
+            if sa:
+                return self.make(("shift", self.negative(b), a))
+            return self.make(("subtract", a, b))
+        if op == "multiply":
+            if sa:
+                a, b = b, a
+            if sb:
+                return a if self.is_one(b) else self.make(("scale", a, b))
+            return self.make(("multiply",) + tuple(sorted((a, b))))
+        if sa:
+            return self.make(("rdivide", b, a))
+        if sb and self.is_one(b):
             return a
-        if op == "s*" and a > b:
-            a, b = b, a
-        return self.make((op, a, b))
+        return self.make(("divide", a, b))
 
-    def _unscaled(self, x):
-        """``(y, s)`` with ``x = y * s`` (``s`` the literal 1 for no scaling)."""
-        form = self.forms[x]
-        if form[0] == "scale":
-            return form[1], form[2]
-        return x, self.lit(1)
-
-    def scale(self, x, s):
-        if self.scalar(x):
-            return self._scalar_op("s*", x, s)
-        y, t = self._unscaled(x)
-        s = self._scalar_op("s*", t, s)
-        return y if self.forms[s] == ("lit", 1.0) else self.make(("scale", y, s))
-
-    def neg(self, a):
-        return self.scale(a, self.lit(-1))
-
-    def mul(self, a, b):
+    def negative(self, a):
         if self.scalar(a):
-            return self.scale(b, a)
-        if self.scalar(b):
-            return self.scale(a, b)
-        (x, s), (y, t) = self._unscaled(a), self._unscaled(b)
-        if x > y:
-            x, y = y, x
-        return self.scale(self.make(("multiply", x, y)), self._scalar_op("s*", s, t))
+            return self.scalar_op("sneg", (a,))
+        return self.make(("negative", a))
 
-    def add(self, a, b, sign=1.0):
-        """``a + b`` (``a - b`` for ``sign`` -1)."""
-        if self.scalar(a) and self.scalar(b):
-            return self._scalar_op("s+" if sign > 0 else "s-", a, b)
-        if self.scalar(b):
-            return self.shift(a, b if sign > 0 else self.neg(b))
-        if self.scalar(a):
-            return self.shift(self.scale(b, self.lit(sign)), a)
-        (x, s), (y, t) = self._unscaled(a), self._unscaled(b)
-        if sign < 0:
-            t = self._scalar_op("s*", t, self.lit(-1))
-        if s == t:
-            # (a common factor taken out: s x + s y = s (x + y))
-            return self.scale(self.make(("add",) + tuple(sorted((x, y)))), s)
-        if self.forms[s] == ("lit", 1.0) and self.forms[t] == ("lit", -1.0):
-            return self.make(("subtract", x, y))
-        if self.forms[s] == ("lit", -1.0) and self.forms[t] == ("lit", 1.0):
-            return self.make(("subtract", y, x))
-        if self.forms[t] == ("lit", -1.0):
-            return self.make(("subtract", self.scale(x, s), y))
-        return self.make(("add",) + tuple(sorted((self.scale(x, s), self.scale(y, t)))))
+    def keep(self, a, mask):
+        """``a`` where ``mask`` is not 0, else 0.0 (``np.where(mask, a, 0)``)."""
+        return self.make(("keep", a, mask))
 
-    def shift(self, x, s):
-        if self.forms[s] == ("lit", 0.0):
-            return x
-        return self.make(("shift", x, s))
-
-    def div(self, a, b):
-        if self.scalar(b):
-            return self.scale(a, self._scalar_op("s/", self.lit(1), b))
-        if self.scalar(a):
-            y, t = self._unscaled(b)
-            return self.make(("rdivide", y, self._scalar_op("s/", a, t)))
-        (x, s), (y, t) = self._unscaled(a), self._unscaled(b)
-        return self.scale(self.make(("divide", x, y)), self._scalar_op("s/", s, t))
-
-    def op(self, name, *args):
-        return self.make((name,) + args)
+    def apply(self, ufunc, operands):
+        """``ufunc(*operands)`` in a rule: arithmetic and ``sqrt`` (exactly
+        rounded, as numpy's) as program operations; any other ufunc of vectors
+        a value numpy computes at every call (``aux``), as the eager way does
+        (the program's own ``exp``, ``sin``, ``pow`` may round otherwise)."""
+        name = _ARITHMETIC.get(ufunc)
+        if name is not None and len(operands) == 2:
+            return self.arith(name, *operands)
+        if ufunc is np.negative:
+            return self.negative(operands[0])
+        if ufunc is np.positive:
+            return operands[0]
+        if all(self.scalar(a) for a in operands):
+            return self.scalar_op("sufunc", tuple(operands), ufunc)
+        if ufunc is np.sqrt:
+            return self.make(("sqrt", operands[0]))
+        trial = [self.scalar_value(a) if self.scalar(a) else np.ones(1) for a in operands]
+        with np.errstate(all="ignore"):
+            result = ufunc(*trial)
+        if type(result) is not np.ndarray or result.dtype != _FLOAT64:
+            raise Untraceable("%s of another dtype than float64 in a rule" % ufunc.__name__)
+        key = (ufunc, tuple(operands), self.rows)
+        k = self._aux_ids.get(key)
+        if k is None:
+            k = self._aux_ids[key] = len(self.aux)
+            self.aux.append(key)
+        return self.leaf(("aux", k))
 
     def compose_map(self, f, g, length):
         """The map ``j -> f(g(j))`` for ``length`` rows (``g`` into ``f``'s rows)."""
@@ -198,7 +257,8 @@ class _Expressions:
         return (self.array(("compose", f, g, length), rows), 0, 1, 0)
 
     def compose(self, e, g, length):
-        """Expression ``e`` read at rows ``g(j)``, ``j < length``."""
+        """Expression ``e`` read at rows ``g(j)``, ``j < length`` (elementwise
+        operations commute with reading their operands elsewhere)."""
         if g == _IDENTITY or self.scalar(e):
             return e
         key = (e, g, length)
@@ -217,60 +277,698 @@ class _Expressions:
         return done
 
 
-_SCALAR_OPS = {"s*": lambda a, b: a * b, "s/": lambda a, b: a / b,
-               "s+": lambda a, b: a + b, "s-": lambda a, b: a - b}
-_SCALAR_KINDS = frozenset(("lit", "param") + tuple(_SCALAR_OPS))
+_SCALAR_OPS = {"s+": operator.add, "s-": operator.sub, "s*": operator.mul,
+               "s/": operator.truediv}
+_SCALAR_OF = {"add": "s+", "subtract": "s-", "multiply": "s*", "divide": "s/"}
+_SCALAR_KINDS = frozenset(("lit", "param", "sneg", "sfloat", "sufunc") + tuple(_SCALAR_OPS))
+_ARITHMETIC = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply",
+               np.divide: "divide"}
 _IDENTITY = (-1, 0, 1, 0)
-# vector forms whose second field is a scalar (or a number: power's exponent)
-_WITH_SCALAR = frozenset(("scale", "shift", "rdivide", "power"))
+# vector forms whose second field is a scalar
+_WITH_SCALAR = frozenset(("scale", "shift", "rdivide"))
+_UNARY_OPS = ("negative", "sqrt")
 
 
-# ---------------------------------------------------------------- derivative rules
+def _scalar_result(kind, function, operands):
+    """A scalar operation on numbers (numpy's scalars keep numpy's arithmetic)."""
+    if kind in _SCALAR_OPS:
+        return _SCALAR_OPS[kind](*operands)
+    if kind == "sneg":
+        return -operands[0]
+    if kind == "sfloat":
+        # (the eager way scales a Jacobian by an integer as by a float)
+        return float(operands[0]) if isinstance(operands[0], (int, np.integer)) \
+            else operands[0]
+    return function(*operands)
 
-def _operand(E, structure):
+
+def _guard(kind, a, b):
+    """A choice the eager algebra makes by scalars: ``s == s2 and s != 0``
+    (``_combine``'s "same"), ``factor == 1`` (``scale``'s "one")."""
+    if kind == "same":
+        return bool(a == b and a != 0)
+    return bool(a == 1)
+
+
+def _scalar_operands(form):
+    return form[2:] if form[0] == "sufunc" else form[1:]
+
+
+def _scalar_function(form):
+    return form[1] if form[0] == "sufunc" else None
+
+
+def _children(form):
+    """The vector operands of a form (scalars of ``_WITH_SCALAR`` forms are
+    parameters of their instruction; those of ``divide`` and ``keep`` are
+    buffers)."""
+    kind = form[0]
+    if kind in _SCALAR_KINDS or kind == "leaf":
+        return ()
+    if kind in _WITH_SCALAR:
+        return (form[1],)
+    return form[1:]
+
+
+# ---------------------------------------------------------------- the eager rules
+
+_NUMBERS = (int, float, np.integer, np.floating)
+
+
+class _Sym:
+    """A value in a derivative rule of the eager way, evaluated symbolically:
+    its arithmetic and ufuncs build expressions (:meth:`_Expressions.apply`);
+    anything else (``np.where``, a comparison, a branch) raises
+    :class:`Untraceable`."""
+
+    __slots__ = ("E", "e")
+    __array_priority__ = 1e9
+    dtype = _FLOAT64
+
+    def __init__(self, E, e):
+        self.E = E
+        self.e = e
+
+    @property
+    def ndim(self):
+        return 0 if self.E.scalar(self.e) else 1
+
+    def _binary(self, op, a, b):
+        E = self.E
+        return _Sym(E, E.arith(op, _symbolic(E, a), _symbolic(E, b)))
+
+    def __add__(self, other):
+        return self._binary("add", self, other)
+
+    def __radd__(self, other):
+        return self._binary("add", other, self)
+
+    def __sub__(self, other):
+        return self._binary("subtract", self, other)
+
+    def __rsub__(self, other):
+        return self._binary("subtract", other, self)
+
+    def __mul__(self, other):
+        return self._binary("multiply", self, other)
+
+    def __rmul__(self, other):
+        return self._binary("multiply", other, self)
+
+    def __truediv__(self, other):
+        return self._binary("divide", self, other)
+
+    def __rtruediv__(self, other):
+        return self._binary("divide", other, self)
+
+    def __neg__(self):
+        return _Sym(self.E, self.E.negative(self.e))
+
+    def __pos__(self):
+        return self
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs:
+            raise Untraceable("%s.%s in a rule" % (ufunc.__name__, method))
+        E = self.E
+        return _Sym(E, E.apply(ufunc, [_symbolic(E, x) for x in inputs]))
+
+    def __array_function__(self, func, types, args, kwargs):
+        raise Untraceable("%s in a rule" % getattr(func, "__name__", func))
+
+    def __array__(self, *args, **kwargs):
+        raise Untraceable("a conversion to an array in a rule")
+
+    def __bool__(self):
+        raise Untraceable("a branch on a value in a rule")
+
+    def _compared(self, other):
+        raise Untraceable("a comparison in a rule")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _compared
+    __hash__ = None
+
+
+def _symbolic(E, x):
+    """The expression of an operand of a rule: a :class:`_Sym`'s, or a number's."""
+    if type(x) is _Sym:
+        return x.e
+    if isinstance(x, _NUMBERS) and not isinstance(x, (bool, np.bool_)):
+        return E.lit(x)
+    raise Untraceable("an operand of type %s in a rule" % type(x).__name__)
+
+
+# ---------------------------------------------------------------- the eager algebra
+
+class _Matrix:
+    """A matrix of the eager way, named by ``key`` as the eager way's caches
+    name it (two reads share one matrix object, and so combine their terms,
+    exactly where their keys are equal): ``parts`` ``(first row, stop row,
+    columns, data)`` of ``rows`` rows, ``columns`` the number of an array of
+    each row's column (-1: none there) and ``data`` None (ones: a selection)
+    or the expression of the values (a merged matrix); no two parts of a
+    merged matrix share a place."""
+
+    __slots__ = ("key", "parts", "rows", "merged", "nnz")
+
+    def __init__(self, key, parts, rows, merged, nnz):
+        self.key = key
+        self.parts = parts
+        self.rows = rows
+        self.merged = merged
+        self.nnz = nnz
+
+    @property
+    def empty(self):
+        return not self.nnz
+
+    def max_entries(self):
+        """As the eager way's bound: a selection's rows, a merged matrix's entries."""
+        return self.nnz if self.merged else self.rows
+
+
+class _Jacobian:
+    """The eager way's Jacobian of a value: ``terms`` ``(s, d, M)`` (scalar
+    ``s``, row factor ``d``: None, an expression or a pending pair ``(d,
+    c)``, :class:`_Matrix` ``M``), or the ``blocks`` ``(first row,
+    _Jacobian)`` of a concatenation.  One object stands for one of the eager
+    way's, which its merges change in place."""
+
+    __slots__ = ("n", "terms", "blocks")
+
+    def __init__(self, n, terms=None, blocks=None):
+        self.n = n
+        self.terms = terms
+        self.blocks = blocks
+
+
+class _Algebra:
+    """``sparsegrad._jacobian``'s scale, add, take_rows, mask_rows, vstack and
+    merges on :class:`_Jacobian`, rounding as they round: the same products and
+    sums of the same row factors, scalars and merged values, in the same
+    order, and the same objects returned.  The choices the eager way makes by
+    a value (``_combine``'s ``s == s2 and s != 0``, ``scale``'s ``factor ==
+    1``, which returns the Jacobian itself) are decided at the compiled call
+    and kept as guards, checked at every call."""
+
+    def __init__(self, E):
+        self.E = E
+        self.cols = _Arrays()
+        self.guards = []
+        self._matrices = {}
+        self._reads = collections.Counter()
+        self._own = itertools.count()
+
+    def identity(self, n):
+        cols = self.cols(("identity",), lambda: np.arange(n))
+        M = _Matrix(("identity",), ((0, n, cols, None),), n, False, n)
+        return _Jacobian(n, ((self.E.lit(1), None, M),))
+
+    def is_zero(self, J):
+        if J.blocks is not None:
+            return all(self.is_zero(block) for _, block in J.blocks)
+        return all(M.empty for _, _, M in J.terms)
+
+    def vector(self, d):
+        """A row factor as one expression (a pending pair multiplied out)."""
+        return self.E.arith("multiply", d[0], d[1]) if type(d) is tuple else d
+
+    def terms(self, J):
+        """The terms of ``J``, a concatenation's merged first (as the eager
+        way's ``Jacobian.terms``, which keeps the merged term)."""
+        if J.blocks is not None:
+            self._single(J)
+        return J.terms
+
+    def _single(self, J):
+        J.terms = ((self.E.lit(1), None, self._merge(J)),)
+        J.blocks = None
+
+    def _mutable(self, J):
+        """Whether a merge may change ``J`` in place later."""
+        return J.blocks is not None or len(J.terms) > 1
+
+    def scale(self, J, factor, vector):
+        """``diag(factor) @ J``: ``factor`` an expression, a vector of ``J``'s
+        rows or a scalar."""
+        E = self.E
+        if J is None or self.is_zero(J) or (not vector and E.is_one(factor)):
+            return J
+        if not vector and E.forms[factor][0] != "lit" and self._mutable(J):
+            # (the eager way returns J itself for a factor 1, and a merge of
+            # either would then change both)
+            one = _guard("one", E.scalar_value(factor), None)
+            self.guards.append(("one", factor, factor, one))
+            if one:
+                return J
+        if J.blocks is not None:
+            return _Jacobian(J.n, blocks=tuple(
+                (first, self.scale(block, E.compose(factor, (-1, first, 1, 0), block.n)
+                                   if vector else factor, vector))
+                for first, block in J.blocks))
+        if vector:
+            return _Jacobian(J.n, tuple(
+                (s, factor if d is None else (self.vector(d), factor), M)
+                for s, d, M in J.terms))
+        factor = E.scalar_op("sfloat", (factor,))
+        return _Jacobian(J.n, tuple((E.scalar_op("s*", (s, factor)), d, M)
+                                    for s, d, M in J.terms))
+
+    def add(self, jacobians):
+        if len(jacobians) == 2 and all(J.blocks is None and not self.is_zero(J)
+                                       for J in jacobians):
+            return self._summed(jacobians)
+        live = [J for J in jacobians if not self.is_zero(J)]
+        if len(live) <= 1:
+            return live[0] if live else jacobians[0]
+        if all(J.blocks is not None for J in live):
+            layout = [block.n for _, block in live[0].blocks]
+            if all([block.n for _, block in J.blocks] == layout for J in live[1:]):
+                return _Jacobian(live[0].n, blocks=tuple(
+                    (first, self.add([J.blocks[k][1] for J in live]))
+                    for k, (first, _) in enumerate(live[0].blocks)))
+        return self._summed(live)
+
+    def _summed(self, jacobians):
+        combined = {}
+        for J in jacobians:
+            for term in self.terms(J):
+                key = term[2].key
+                known = combined.get(key)
+                combined[key] = term if known is None else self._combine(known, term)
+        result = _Jacobian(jacobians[0].n, tuple(combined.values()))
+        if len(combined) > _jacobian.MAX_TERMS:
+            self._single(result)
+        return result
+
+    def _combine(self, first, second):
+        E = self.E
+        s, d, M = first
+        s2, d2 = second[:2]
+        if d is None and d2 is None:
+            return (E.scalar_op("s+", (s, s2)), None, M)
+        if self._same_nonzero(s, s2):
+            one = E.lit(1)
+            return (s, E.arith("add", one if d is None else self.vector(d),
+                               one if d2 is None else self.vector(d2)), M)
+        if (d is None) != (d2 is None):
+            vector, times, plus = ((self.vector(d2), s2, s) if d is None
+                                   else (self.vector(d), s, s2))
+            return (E.lit(1), E.arith("add", E.arith("multiply", vector, times), plus), M)
+        return (E.lit(1), E.arith("add", E.arith("multiply", self.vector(d), s),
+                                  E.arith("multiply", self.vector(d2), s2)), M)
+
+    def _same_nonzero(self, s, s2):
+        E = self.E
+        same = _guard("same", E.scalar_value(s), E.scalar_value(s2))
+        if E.forms[s][0] != "lit" or E.forms[s2][0] != "lit":
+            self.guards.append(("same", s, s2, same))
+        return same
+
+    def take_rows(self, J, rows, key, index=None, stride=None):
+        """Rows ``rows`` of ``J`` (-1: an empty row), their matrices named
+        ``key`` (None: of their own); ``stride`` ``(start, step)`` when the
+        rows are ``start + step * j``, else ``index`` the number of the array
+        of ``rows`` with -1 read as 0."""
+        m = len(rows)
+        if J is None:
+            return None
+        if m == J.n and (m == 0 or np.array_equal(rows, np.arange(m))):
+            return J
+        if self.is_zero(J):
+            return _Jacobian(m, ())
+        terms = self.terms(J)
+        if len(terms) > 1 and any(M.max_entries() > 2 * J.n for _, _, M in terms):
+            self._single(J)
+            terms = J.terms
+        E = self.E
+        reads = _Reads(E, rows, index, stride)
+        return _Jacobian(m, tuple(
+            (s, None if d is None else E.compose(self.vector(d), reads.whole(), m),
+             self._gather(M, reads, key))
+            for s, d, M in terms))
+
+    def _gather(self, M, reads, key):
+        if key is None:
+            key = ("own", next(self._own))
+        else:
+            # (the eager way keeps a matrix's gathers, and the identity's,
+            # least recently used first out: past that many keys a read of
+            # an evicted one would make another matrix)
+            found = self._matrices.get((M.key, key))
+            if found is not None:
+                return found
+            self._reads[M.key] += 1
+            limit = (_jacobian._MAX_SELECTIONS if M.key == ("identity",)
+                     else _jacobian._MAX_GATHERS)
+            if self._reads[M.key] > limit:
+                raise Untraceable("more than %d reads of one value" % limit)
+        parts, nnz = [], 0
+        for k, (a0, b0, c, data) in enumerate(M.parts):
+            read = reads.part(a0, b0)
+            if read is None:
+                continue
+            r0, r1, local = read
+            source = self.cols.arrays[c]
+
+            def columns(source=source, local=local, a0=a0, b0=b0):
+                inside = (local >= 0) & (local < b0 - a0)
+                return np.where(inside, source[np.where(inside, local, 0)], -1)
+            cols = self.cols((M.key, key, k), columns)
+            count = int(np.count_nonzero(self.cols.arrays[cols] >= 0))
+            if not count:
+                continue
+            nnz += count
+            parts.append((r0, r1, cols, None if data is None
+                          else self.E.compose(data, reads.map(a0, b0, r0, r1), r1 - r0)))
+        found = _Matrix((M.key, key), tuple(parts), reads.m, M.merged, nnz)
+        self._matrices[(M.key, key)] = found
+        return found
+
+    def _merge(self, J):
+        """The eager way's merge of ``J`` (``_jacobian._merge``): a matrix whose
+        values are the terms' ``data * s * d``, those of one place summed in the
+        terms' order.  Terms that share only some of their places would need
+        a sum at some rows only: refused."""
+        parts = []
+        for first, a0, b0, c, e in self._places(J):
+            parts.append((first + a0, first + b0, c, e))
+        merged = []
+        for part in parts:
+            for k, known in enumerate(merged):
+                overlap = self._overlap(known, part)
+                if overlap == "same":
+                    merged[k] = known[:3] + (self.E.arith("add", known[3], part[3]),)
+                    break
+                if overlap == "some":
+                    raise Untraceable("a merge of terms that meet at some of their rows")
+            else:
+                merged.append(part)
+        nnz = sum(int(np.count_nonzero(self.cols.arrays[c] >= 0)) for _, _, c, _ in merged)
+        return _Matrix(("merged", next(self._own)), tuple(merged), J.n, True, nnz)
+
+    def _overlap(self, p, q):
+        """Whether parts ``p`` and ``q`` share no place (None), all of theirs
+        ("same") or some ("some")."""
+        a0, b0 = max(p[0], q[0]), min(p[1], q[1])
+        if a0 >= b0:
+            return None
+        cp = self.cols.arrays[p[2]][a0 - p[0]:b0 - p[0]]
+        cq = self.cols.arrays[q[2]][a0 - q[0]:b0 - q[0]]
+        met = (cp == cq) & (cp >= 0)
+        if not met.any():
+            return None
+        if p[:2] == q[:2] and np.array_equal(cp, cq):
+            return "same"
+        return "some"
+
+    def _places(self, J):
+        """``(first row of the block, first row, stop row, columns, value)`` of
+        every part of every term of ``J``, in the order of the eager way's
+        merge: a value is the matrix's data times the row scale ``d * s``."""
+        E = self.E
+        out = []
+        for first, block in self.pieces(J):
+            for s, d, M in block.terms:
+                scale = s if d is None else E.arith("multiply", self.vector(d), s)
+                for a0, b0, c, data in M.parts:
+                    local = E.compose(scale, (-1, a0, 1, 0), b0 - a0)
+                    out.append((first, a0, b0, c,
+                                local if data is None else E.arith("multiply", data, local)))
+        return out
+
+    def mask_rows(self, J, chosen):
+        """``J`` with its rows where ``chosen`` is 0 set to 0.0 (not multiplied:
+        an inf or nan there never reaches the result)."""
+        if J is None or self.is_zero(J):
+            return J
+        E = self.E
+        terms = self.terms(J)
+        if any(M.merged for _, _, M in terms):
+            # (the eager way masks a merged matrix by its row factor, or its
+            # values where one of them is not finite: a choice by values the
+            # program would know only after computing them)
+            raise Untraceable("np.where of a value whose terms the eager way merged")
+        return _Jacobian(J.n, tuple(
+            (E.lit(1), E.keep(s if d is None else E.arith("multiply", self.vector(d), s),
+                              chosen), M)
+            for s, d, M in terms))
+
+    def vstack(self, jacobians):
+        if len(jacobians) == 1:
+            return jacobians[0]
+        blocks, first = [], 0
+        for J in jacobians:
+            blocks.extend((first + f, block) for f, block in self.pieces(J))
+            first += J.n
+        return _Jacobian(first, blocks=tuple(blocks))
+
+    def pieces(self, J):
+        return J.blocks if J.blocks is not None else ((0, J),)
+
+    def merged(self, J):
+        """``(first row, stop row, columns, expression)`` of every part the
+        final merge writes, in its order (places met twice are summed in it
+        by the program's adds)."""
+        return [(first + a0, first + b0, c, e) for first, a0, b0, c, e in self._places(J)
+                if np.count_nonzero(self.cols.arrays[c] >= 0)]
+
+
+class _Reads:
+    """The rows ``rows`` of a read (-1: none), for the parts of a matrix:
+    which of its rows a part's rows give, and the maps that read them (by
+    ``stride`` ``(start, step)`` where the rows are ``start + step * j``,
+    else by ``index``, the number of the array of the rows with -1 read as
+    0, or by arrays of their own)."""
+
+    def __init__(self, E, rows, index, stride):
+        self.E = E
+        self.rows = rows
+        self.index = index
+        self.stride = stride
+        self.m = len(rows)
+
+    def whole(self):
+        """The map of every row of the read (a row -1 reads row 0)."""
+        if self.stride is not None:
+            return (-1, self.stride[0], self.stride[1], 0)
+        return (self.index, 0, 1, 0)
+
+    def part(self, a0, b0):
+        """``(first, stop, local)``: the rows of the read within a part of rows
+        ``a0 .. b0`` (trimmed to the first and last such), and the part's
+        rows they read (-1: none); None if none."""
+        inside = (self.rows >= a0) & (self.rows < b0)
+        if not inside.any():
+            return None
+        where = np.flatnonzero(inside)
+        r0, r1 = int(where[0]), int(where[-1]) + 1
+        return r0, r1, np.where(inside[r0:r1], self.rows[r0:r1] - a0, -1)
+
+    def map(self, a0, b0, r0, r1):
+        """The map of rows ``r0 .. r1`` of the read into a part of rows ``a0 ..
+        b0`` (a row outside it reads the part's first)."""
+        if self.stride is not None:
+            start, step = self.stride
+            return (-1, start + step * r0 - a0, step, 0)
+        rows = self.rows[r0:r1]
+        if ((rows >= a0) & (rows < b0)).all():
+            return (self.index, r0, 1, -a0)
+        E = self.E
+        return (E.array(("read", E.unique()), lambda: np.where((rows >= a0) & (rows < b0),
+                                                               rows - a0, 0)), 0, 1, 0)
+
+
+# ---------------------------------------------------------------- propagation
+
+def _broadcast(E, e, n, rows):
+    """Expression ``e`` of ``n`` rows read at ``rows`` rows (numpy's broadcast of
+    a length-1 operand)."""
+    if n == rows or E.scalar(e):
+        return e
+    zeros = E.array(("zeros", rows), lambda: np.zeros(rows, dtype=np.int64))
+    return E.compose(e, (zeros, 0, 1, 0), rows)
+
+
+def _operand(E, tape, structure, rows):
+    """The expression of an operand, at ``rows`` rows."""
     kind, k = structure
-    return E.value(k) if kind == "n" else E.make(("param", k))
+    if kind == "p":
+        return E.make(("param", k))
+    return _broadcast(E, E.value(k), tape.lengths[k], rows)
 
 
-def _binary(partials):
-    return lambda E, z, a, b: partials(E, z, _operand(E, a), _operand(E, b))
-
-
-#: ufunc name -> partials: ``rule(E, z, *operands)`` returns one expression per
-#: operand, the derivative of the result ``z`` (a leaf) with respect to it
-RULES = {
-    "add": _binary(lambda E, z, a, b: (E.lit(1), E.lit(1))),
-    "subtract": _binary(lambda E, z, a, b: (E.lit(1), E.lit(-1))),
-    "multiply": _binary(lambda E, z, a, b: (b, a)),
-    "divide": _binary(lambda E, z, a, b: (E.div(E.lit(1), b), E.neg(E.div(z, b)))),
-    "negative": lambda E, z, a: (E.lit(-1),),
-    "positive": lambda E, z, a: (E.lit(1),),
-    "exp": lambda E, z, a: (z,),
-    "expm1": lambda E, z, a: (E.add(z, E.lit(1)),),
-    "log": lambda E, z, a: (E.div(E.lit(1), _operand(E, a)),),
-    "log1p": lambda E, z, a: (E.div(E.lit(1), E.add(_operand(E, a), E.lit(1))),),
-    "sqrt": lambda E, z, a: (E.div(E.lit(0.5), z),),
-    "sin": lambda E, z, a: (E.op("cos", _operand(E, a)),),
-    "cos": lambda E, z, a: (E.neg(E.op("sin", _operand(E, a))),),
-    "tanh": lambda E, z, a: (E.add(E.lit(1), E.mul(z, z), -1.0),),
-    "square": lambda E, z, a: (E.mul(E.lit(2), _operand(E, a)),),
-    "reciprocal": lambda E, z, a: (E.neg(E.mul(z, z)),),
+#: the values recomputed in a program rather than read, by ufunc: numpy's own
+#: operations on the operands (the rest cost more than a read, or numpy's
+#: rounding of them is its own: exp, power...)
+_CHEAP = {
+    np.add: lambda E, a, b: E.arith("add", a, b),
+    np.subtract: lambda E, a, b: E.arith("subtract", a, b),
+    np.multiply: lambda E, a, b: E.arith("multiply", a, b),
+    np.divide: lambda E, a, b: E.arith("divide", a, b),
+    np.negative: lambda E, a: E.negative(a),
+    np.positive: lambda E, a: a,
+    np.square: lambda E, a: E.arith("multiply", a, a),
+    np.reciprocal: lambda E, a: E.arith("divide", E.lit(1.0), a),
 }
-RULES["true_divide"] = RULES["divide"]
-# (power: a structural exponent, see _power)
+#: the most operations a recomputed value may take
+_INLINE_BUDGET = 6
 
 
-def _power(E, z, a, exponent):
-    if exponent == 1.0:
-        return (E.lit(1),)
-    if exponent == 2.0:
-        return (E.mul(E.lit(2), _operand(E, a)),)
-    return (E.mul(E.lit(exponent), E.make(("power", _operand(E, a), exponent - 1.0))),)
+def _gathered(E, tape, entry):
+    """``(key, rows, map)`` of a gather or a roll: the key of its matrices as
+    the eager way names them, the rows it reads (negative ones counted from
+    the end) and the number of their array."""
+    if entry[0] == "roll":
+        _, source, shift, n, keywords = entry
+        shift = shift % n if n else 0
+        index = E.array(("roll", shift, n), lambda: (np.arange(n) - shift) % n)
+        return ("roll", entry[2], keywords, n), index
+    _, source, k, m, name = entry
+    user, n = tape.indexes[k], tape.lengths[source]
+    # (an index array's reads share a matrix, a short list's by its numbers, a
+    # longer list's none)
+    key = ("array", (n,), k) if name is None else None if name == ("own",) else name
+    return key, E.array(("gather", k, n), lambda: np.where(user < 0, user + n, user))
 
 
-RULES["power"] = _power
+def _inline(E, tape, node, entry):
+    """``E.values[node]``: the value of ``node`` as an expression of its
+    operands' values, for reads (a leaf at other rows) and cheap elementwise
+    operations within the budget."""
+    kind = entry[0]
+    if kind == "slice":
+        _, source, start, stop, step, m = entry
+        E.values[node] = E.compose(E.value(source), (-1, start, step, 0), m)
+    elif kind in ("gather", "roll"):
+        _, index = _gathered(E, tape, entry)
+        E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0),
+                                   tape.lengths[node])
+    elif kind == "ufunc" and entry[1] in _CHEAP:
+        rows = tape.lengths[node]
+        e = _CHEAP[entry[1]](E, *(_operand(E, tape, s, rows) for s in entry[2]))
+        if E.size(e) <= _INLINE_BUDGET and not E.scalar(e):
+            E.values[node] = e
 
-_UNARY_OPS = ("negative", "exp", "log", "sqrt", "sin", "cos", "tanh")
+
+def _differentiated(E, A, tape, node, entry, J):
+    """The Jacobian of a ufunc's node: its forward operands' Jacobians, each
+    broadcast and scaled by the partial the eager rule gives (called on
+    symbolic values), summed."""
+    if entry[0] == "power":
+        _, structure, exponent, kind = entry
+        ufunc, structures = np.power, (structure,)
+        # (the exponent as the eager way holds it: np.int64 or np.float64)
+        extra = ((np.int64 if kind == "int" else np.float64)(exponent),)
+    else:
+        _, ufunc, structures = entry
+        extra = ()
+    forwards = [i for i, (kind, k) in enumerate(structures) if kind == "n" and J[k] is not None]
+    if not forwards:
+        return None
+    rows = tape.lengths[node]
+    E.rows = rows
+    operands = [_Sym(E, _operand(E, tape, s, rows)) for s in structures] + list(extra)
+    out = _Sym(E, E.value(node))
+    partials = DERIVATIVES[ufunc]
+    terms = []
+    for i in forwards:
+        rule = partials[i]
+        try:
+            partial = rule(*operands, out) if callable(rule) else rule
+        except Untraceable:
+            raise
+        except Exception as exc:
+            raise Untraceable("the rule of %s: %s: %s" % (ufunc.__name__, type(exc).__name__,
+                                                          exc)) from None
+        if type(partial) is _Sym:
+            factor = partial.e
+        else:
+            factor = _symbolic(E, partial)
+        operand = _broadcast_jacobian(E, A, tape, J, structures[i][1], rows)
+        terms.append(A.scale(operand, factor, not E.scalar(factor)))
+    return terms[0] if len(terms) == 1 else A.add(terms)
+
+
+def _where(E, A, tape, node, entry, J):
+    """``np.where``'s Jacobian as the eager way's ``select``: each forward
+    branch broadcast, its rows of the other branch masked, summed."""
+    _, condition, a, b = entry
+    rows = tape.lengths[node]
+    forwards = [(i, s[1]) for i, s in enumerate((a, b)) if s[0] == "n" and J[s[1]] is not None]
+    if not forwards:
+        return None
+    if a == b:
+        return _broadcast_jacobian(E, A, tape, J, a[1], rows)
+    chosen = _operand(E, tape, condition, rows)
+    # (not chosen: 1 - chosen, 0.0 or 1.0 exactly)
+    masks = (chosen, E.arith("subtract", E.lit(1.0), chosen))
+    return A.add([A.mask_rows(_broadcast_jacobian(E, A, tape, J, k, rows), masks[i])
+                  for i, k in forwards])
+
+
+def _broadcast_jacobian(E, A, tape, J, k, rows):
+    """The Jacobian of node ``k`` broadcast to ``rows`` rows (as the eager
+    way's ``broadcast_jacobian``: a read of row 0 by every row, named by the
+    two shapes)."""
+    n = tape.lengths[k]
+    if n == rows:
+        return J[k]
+    zeros = E.array(("zeros", rows), lambda: np.zeros(rows, dtype=np.int64))
+    return A.take_rows(J[k], E.arrays[zeros], ("broadcast", (n,), (rows,)), index=zeros)
+
+
+def _propagate(E, A, tape):
+    """The eager way's Jacobian (:class:`_Jacobian`) of every node, None for
+    the values the eager way holds as plain arrays (constants, masks, what is
+    computed from them only)."""
+    J = []
+    for node, entry in enumerate(tape.entries):
+        kind = entry[0]
+        _inline(E, tape, node, entry)
+        if kind == "seed":
+            J.append(A.identity(entry[1]))
+        elif kind in ("const", "mask"):
+            J.append(None)
+        elif kind == "slice":
+            _, source, start, stop, step, m = entry
+            J.append(A.take_rows(J[source], start + step * np.arange(m),
+                                 ((tape.lengths[source],), (start, stop, step)),
+                                 stride=(start, step)))
+        elif kind in ("gather", "roll"):
+            key, index = _gathered(E, tape, entry)
+            J.append(A.take_rows(J[entry[1]], E.arrays[index], key, index=index))
+        elif kind == "concatenate":
+            J.append(_concatenated(E, A, tape, entry, J))
+        elif kind == "where":
+            J.append(_where(E, A, tape, node, entry, J))
+        else:
+            J.append(_differentiated(E, A, tape, node, entry, J))
+    return J
+
+
+def _concatenated(E, A, tape, entry, J):
+    """``np.concatenate``'s Jacobian: the parts' stacked as they are when every
+    part is a forward value, else (constants among them) the forward parts'
+    stacked, read at the result's rows (-1 for a constant's)."""
+    _, parts, keywords = entry
+    forwards = [p for p in parts if J[p] is not None]
+    if not forwards:
+        return None
+    if len(forwards) == len(parts):
+        return A.vstack([J[p] for p in parts])
+    rows, offset = [], 0
+    for p in parts:
+        n = tape.lengths[p]
+        if J[p] is None:
+            rows.append(np.full(n, -1))
+        else:
+            rows.append(offset + np.arange(n))
+            offset += n
+    rows = np.concatenate(rows).astype(np.int64)
+    key = ("concatenate", keywords, tuple((J[p] is not None, tape.lengths[p]) for p in parts))
+    index = E.array(("read", key), lambda: np.maximum(rows, 0))
+    return A.take_rows(A.vstack([J[p] for p in forwards]), rows, key, index=index)
 
 
 # ---------------------------------------------------------------- compiling
@@ -278,189 +976,147 @@ _UNARY_OPS = ("negative", "exp", "log", "sqrt", "sin", "cos", "tanh")
 class Program:
     """What :func:`compile_tape` makes of a tape: the instructions and segments
     of ``run_program``, its leaves (``(node, index, start, step, offset,
-    runs)``), the steps of its scalars (from the call's, ``(op, a, b)`` or
-    ``("lit", c, 0)``), the owners and adds of the places, the pattern and the
-    copies of the index arrays it was made with."""
+    runs)``; a node ``("aux", k)`` is the k-th value ``aux_steps`` compute),
+    the steps of its scalars (from the call's, ``(kind, function, operands)``
+    or ``("lit", c, ())``), the guards on them (``(kind, a, b, held)``: the
+    choice :func:`_guard` made at the compiled call), the owners and adds of
+    the places, the pattern and the copies of the index arrays it was made
+    with."""
 
-    __slots__ = ("instructions", "segments", "leaves", "arrays", "scalar_steps", "owners", "adds",
-                 "indptr", "indices", "shape", "index_copies", "nbytes", "needed")
+    __slots__ = ("instructions", "segments", "leaves", "arrays", "scalar_steps", "guards",
+                 "aux_steps", "owners", "adds", "indptr", "indices", "shape", "index_copies",
+                 "nbytes", "needed", "_known")
 
-    def run(self, tape):
-        """The data of the Jacobian at the values of ``tape``."""
+    def __init__(self):
+        self._known = None
+
+    def scalars(self, tape):
+        """The scalars of ``tape``'s call and of the program's steps, or None
+        where a guard does not hold (the call needs another program)."""
+        params = tape.params
+        # (the steps cost a microsecond each: kept for the scalars of the last
+        # call, which a solver's calls repeat; by their bits and types)
+        key = (np.array(params, dtype=np.float64).tobytes(), tuple(map(type, params)))
+        known = self._known
+        if known is not None and known[0] == key:
+            return known[1]
+        values = self._scalars(params)
+        if values is not None:
+            self._known = (key, values)
+        return values
+
+    def _scalars(self, params):
+        values = list(params)
+        try:
+            with np.errstate(all="ignore"):
+                for kind, function, operands in self.scalar_steps:
+                    values.append(function if kind == "lit" else _scalar_result(
+                        kind, function, [values[i] for i in operands]))
+        except Exception:
+            return None
+        for kind, a, b, held in self.guards:
+            if _guard(kind, values[a], values[b]) != held:
+                return None
+        return values
+
+    def run(self, tape, scalars):
+        """The data of the Jacobian at the values of ``tape`` (``scalars``: what
+        :meth:`scalars` gave)."""
+        aux = _run_aux(self.aux_steps, tape, scalars) if self.aux_steps else ()
         # (a mask is read as 0.0 and 1.0)
-        leaves = [(_as_float(tape.values[leaf[0]]),) + leaf[1:] for leaf in self.leaves]
-        values = list(tape.params)
-        for op, a, b in self.scalar_steps:
-            values.append(a if op == "lit" else _SCALAR_OPS[op](values[a], values[b]))
-        params = np.array(values, dtype=np.float64)
-        return _fast.run_program(self.instructions, self.segments, leaves, params,
-                                 self.owners, self.adds, self.indptr)
+        leaves = [(aux[leaf[0][1]] if type(leaf[0]) is tuple else _as_float(tape.values[leaf[0]]),)
+                  + leaf[1:] for leaf in self.leaves]
+        return _fast.run_program(self.instructions, self.segments, leaves,
+                                 np.array(scalars, dtype=np.float64), self.owners, self.adds,
+                                 self.indptr)
 
     def same_indexes(self, tape):
         """Whether ``tape`` gathered by arrays equal to the ones compiled in."""
-        checked = set()
-        for array, copy in zip(tape.indexes, self.index_copies):
-            key = (id(array), id(copy))
-            if key not in checked:
-                if not _fast.kernels.same_index(array, copy):
-                    return False
-                checked.add(key)
-        return True
+        return len(tape.indexes) == len(self.index_copies) and all(
+            _fast.kernels.same_index(array, copy)
+            for array, copy in zip(tape.indexes, self.index_copies))
 
 
 def _as_float(values):
     return values if values.dtype == np.float64 else values.astype(np.float64)
 
 
-def _terms_of_ufunc(E, terms, node, entry):
-    kind = entry[0]
-    operands = entry[1]
-    if kind == "where":
-        # (the rows of the selected branch: a term of a is kept where the mask
-        # is 1, of b where it is 0, and is 0.0 elsewhere -- not multiplied by
-        # the mask, so that an inf or nan of the other branch never reaches
-        # the result, as with the eager way's selection)
-        mask = _operand(E, entry[1])
-        out = []
-        for structure, chosen in zip(entry[2:], (mask, E.add(E.lit(1), mask, sign=-1.0))):
-            if structure[0] != "n":
-                continue
-            for a0, b0, cols, e in terms[structure[1]]:
-                out.append((a0, b0, cols, E.make(
-                    ("keep", e, E.compose(chosen, (-1, a0, 1, 0), b0 - a0)))))
-        return out
-    if kind == "power":
-        partials = _power(E, E.value(node), operands, entry[2])
-        operands = (operands,)
-    else:
-        partials = RULES[kind](E, E.value(node), *operands)
-    out = []
-    for structure, partial in zip(operands, partials):
-        if structure[0] != "n":
-            continue
-        for a0, b0, cols, e in terms[structure[1]]:
-            out.append((a0, b0, cols, E.mul(E.compose(partial, (-1, a0, 1, 0), b0 - a0), e)))
-    return out
+_NUMPY_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+                 "divide": np.divide, "keep": lambda a, b: np.where(b != 0, a, 0.0)}
+_NUMPY_SCALAR = {"scale": np.multiply, "shift": np.add,
+                 "rdivide": lambda a, c: np.divide(c, a)}
 
 
-def _combine(E, terms):
-    """Terms of the same rows and columns added into one."""
-    combined = collections.OrderedDict()
-    for a0, b0, cols, e in terms:
-        key = (a0, b0, cols)
-        combined[key] = e if key not in combined else E.add(combined[key], e)
-    return [key + (e,) for key, e in combined.items()]
+def _run_aux(steps, tape, scalars):
+    """The values of a program's ``aux``, by numpy as the eager rules compute
+    them (its steps: see :func:`_aux_steps`)."""
+    results, aux = [], []
+    with np.errstate(all="ignore"):
+        for step in steps:
+            kind = step[0]
+            if kind == "scalar":
+                r = scalars[step[1]]
+            elif kind == "leaf":
+                _, node, index, start, stride, offset, rows = step
+                source = aux[node[1]] if type(node) is tuple else _as_float(tape.values[node])
+                positions = start + stride * np.arange(rows)
+                positions = positions + offset if index is None else index[positions] + offset
+                r = source[positions]
+            elif kind in _NUMPY_BINARY:
+                r = _NUMPY_BINARY[kind](results[step[1]], results[step[2]])
+            elif kind in _NUMPY_SCALAR:
+                r = _NUMPY_SCALAR[kind](results[step[1]], results[step[2]])
+            elif kind == "negative":
+                r = np.negative(results[step[1]])
+            elif kind == "sqrt":
+                r = np.sqrt(results[step[1]])
+            else:
+                r = step[1](*[results[i] for i in step[2]])
+                aux.append(r)
+            results.append(r)
+    return aux
 
 
-#: the values recomputed in a program rather than read, by ufunc: their
-#: expressions of the operands' (the rest -- exp, log, ... -- cost more than
-#: a read; power: by its exponent, below)
-_CHEAP = {
-    "add": lambda E, a, b: E.add(a, b),
-    "subtract": lambda E, a, b: E.add(a, b, sign=-1.0),
-    "multiply": lambda E, a, b: E.mul(a, b),
-    "divide": lambda E, a, b: E.div(a, b),
-    "negative": lambda E, a: E.neg(a),
-    "positive": lambda E, a: a,
-    "square": lambda E, a: E.mul(a, a),
-    "reciprocal": lambda E, a: E.div(E.lit(1), a),
-}
-_CHEAP["true_divide"] = _CHEAP["divide"]
-_CHEAP_POWERS = {2.0: _CHEAP["square"], -1.0: _CHEAP["reciprocal"]}
-#: the most operations a recomputed value may take
-_INLINE_BUDGET = 6
+def _aux_steps(E, param_slot):
+    """Steps computing ``E.aux`` in order: ``("scalar", slot)``, ``("leaf",
+    node, index, start, step, offset, rows)``, an operation on earlier steps
+    or ``("ufunc", ufunc, steps)`` (the next value of ``aux``)."""
+    steps, done = [], {}
 
-
-def _gathered(E, tape, entry):
-    """``(key, rows, map)`` of a gather or a roll: what names its map in the
-    keys of derived arrays, its length and the map's array number (a
-    gather's negative numbers counted from the end of its source)."""
-    if entry[0] == "roll":
-        _, source, shift, n = entry
-        key = ("roll", shift, n)
-        return key, n, E.array(key, lambda: (np.arange(n) - shift) % n if n else
-                               np.zeros(0, dtype=np.int64))
-    _, source, k, m = entry
-    user, n_source = tape.indexes[k], tape.lengths[source]
-    return id(user), m, E.array(("gather", id(user), n_source),
-                                lambda: np.where(user < 0, user + n_source, user))
-
-
-def _inline(E, tape, node, entry):
-    """``E.values[node]``: the value of ``node`` as an expression of its
-    operands' values, for reads (slices, gathers: a leaf at other rows) and
-    cheap elementwise operations within the budget."""
-    kind = entry[0]
-    if kind == "slice":
-        _, source, start, step, m = entry
-        E.values[node] = E.compose(E.value(source), (-1, start, step, 0), m)
-    elif kind in ("gather", "roll"):
-        _, m, index = _gathered(E, tape, entry)
-        E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0), m)
-    elif kind in _CHEAP:
-        e = _CHEAP[kind](E, *(_operand(E, structure) for structure in entry[1]))
-        if E.size(e) <= _INLINE_BUDGET:
-            E.values[node] = e
-    elif kind == "power" and entry[2] in _CHEAP_POWERS:
-        e = _CHEAP_POWERS[entry[2]](E, _operand(E, entry[1]))
-        if E.size(e) <= _INLINE_BUDGET:
-            E.values[node] = e
-
-
-def _propagate(E, tape, cols):
-    """The terms ``(first row, stop row, columns, expression)`` of every node."""
-    terms = []
-    for node, entry in enumerate(tape.entries):
-        kind = entry[0]
-        _inline(E, tape, node, entry)
-        if kind == "seed":
-            n = entry[1]
-            terms.append([(0, n, cols(("seed", n), lambda: np.arange(n)), E.lit(1))])
-        elif kind in ("const", "mask"):
-            terms.append([])
-        elif kind == "slice":
-            _, source, start, step, m = entry
-            rows = start + step * np.arange(m)
-            out = []
-            for a0, b0, c, e in terms[source]:
-                inside = np.flatnonzero((rows >= a0) & (rows < b0))
-                if not inside.size:
-                    continue
-                r0, r1 = int(inside[0]), int(inside[-1]) + 1
-                first = start + step * r0 - a0
-                new = cols((c, "slice", first, step, r1 - r0),
-                           lambda c=c, first=first: cols.arrays[c][first + step * np.arange(r1 - r0)])
-                out.append((r0, r1, new, E.compose(e, (-1, first, step, 0), r1 - r0)))
-            terms.append(out)
-        elif kind in ("gather", "roll"):
-            source = entry[1]
-            key, m, read = _gathered(E, tape, entry)
-            read = E.arrays[read]
-            out = []
-            for a0, b0, c, e in terms[source]:
-                covered = (read >= a0) & (read < b0)
-                if not covered.any():
-                    continue
-                local = E.array(("gather", key, a0, b0), lambda: np.where(covered, read - a0, 0))
-                new = cols((c, "gather", key, a0, b0),
-                           lambda c=c: np.where(covered, cols.arrays[c][E.arrays[local]], -1))
-                out.append((0, m, new, E.compose(e, (local, 0, 1, 0), m)))
-            terms.append(_combine(E, out))
-        elif kind == "concatenate":
-            out, offset = [], 0
-            for part in entry[1]:
-                out.extend((a0 + offset, b0 + offset, c, e) for a0, b0, c, e in terms[part])
-                offset += tape.lengths[part]
-            terms.append(out)
+    def visit(e, rows):
+        if E.scalar(e):
+            key = (e, None)
         else:
-            terms.append(_combine(E, _terms_of_ufunc(E, terms, node, entry)))
-    return terms
+            key = (e, rows)
+        known = done.get(key)
+        if known is not None:
+            return known
+        form = E.forms[e]
+        kind = form[0]
+        if E.scalar(e):
+            step = ("scalar", param_slot(e))
+        elif kind == "leaf":
+            array, start, stride, offset = form[2]
+            step = ("leaf", form[1], None if array < 0 else E.arrays[array], start, stride,
+                    offset, rows)
+        elif kind in _WITH_SCALAR:
+            step = (kind, visit(form[1], rows), visit(form[2], rows))
+        else:
+            step = (kind,) + tuple(visit(a, rows) for a in form[1:])
+        steps.append(step)
+        done[key] = len(steps) - 1
+        return done[key]
+
+    for ufunc, operands, rows in E.aux:
+        arguments = tuple(visit(a, rows) for a in operands)
+        steps.append(("ufunc", ufunc, arguments))
+    return steps
 
 
 class _Arrays:
     """int64 arrays by the keys of their derivations: ``self(key, make)`` is
-    the number of the array ``make()`` gives, made once per key (so that terms
-    of the same columns, or leaves of the same map, are recognised by it)."""
+    the number of the array ``make()`` gives, made once per key (so that leaves
+    of the same map are recognised by it)."""
 
     def __init__(self):
         self.arrays = []
@@ -476,7 +1132,7 @@ class _Arrays:
 
 def _segments(terms, m):
     """``(start, stop, [(columns, offset, expression)])`` of the rows of the
-    output covered by the same terms."""
+    output covered by the same terms (in the terms' order)."""
     bounds = sorted({0, m} | {a0 for a0, _, _, _ in terms} | {b0 for _, b0, _, _ in terms})
     segments = []
     for start, stop in zip(bounds[:-1], bounds[1:]):
@@ -484,16 +1140,6 @@ def _segments(terms, m):
         if covering and stop > start:
             segments.append((start, stop, covering))
     return segments
-
-
-def _children(form):
-    """The vector operands of a form (scalars are parameters of the program)."""
-    kind = form[0]
-    if kind in _SCALAR_KINDS or kind == "leaf":
-        return ()
-    if kind in _WITH_SCALAR:
-        return (form[1],)
-    return form[1:]
 
 
 def _emit(E, roots, leaf_slots, param_slots):
@@ -542,9 +1188,6 @@ def _emit(E, roots, leaf_slots, param_slots):
                 instructions.append((ops["param"], d, param_slots(item), 0))
             elif kind == "leaf":
                 instructions.append((ops["load"], d, leaf_slots((form[1],) + form[2]), 0))
-            elif kind == "power":
-                instructions.append((ops["power"], d, read_buffers[0],
-                                     param_slots(E.lit(form[2]))))
             elif kind in _WITH_SCALAR:
                 instructions.append((ops[kind], d, read_buffers[0], param_slots(form[2])))
             elif kind in _UNARY_OPS:
@@ -569,9 +1212,12 @@ def compile_tape(tape, output):
 
 
 def _compile(tape, output):
-    E = _Expressions()
-    cols = _Arrays()
-    terms = _propagate(E, tape, cols)[output]
+    E = _Expressions(tape.params)
+    A = _Algebra(E)
+    J = _propagate(E, A, tape)[output]
+    if J is None:
+        raise Untraceable("a result that does not depend on the argument")
+    terms = A.merged(J)
     m, n = tape.lengths[output], tape.size
     leaves = {}
 
@@ -591,24 +1237,19 @@ def _compile(tape, output):
             index_of[e] = form[1]
             return form[1]
         if form[0] == "lit":
-            steps.append(("lit", form[1], 0))
+            steps.append(("lit", E.literals[e], ()))
         else:
-            steps.append((form[0], param_slot(form[1]), param_slot(form[2])))
+            operands = tuple(param_slot(a) for a in _scalar_operands(form))
+            steps.append((form[0], _scalar_function(form), operands))
         index_of[e] = len(tape.params) + len(steps) - 1
         return index_of[e]
 
     pieces, instructions, segments = [], [], []   # pieces: (columns, first row, segment)
     for start, stop, covering in _segments(terms, m):
-        combined = collections.OrderedDict()
-        for c, offset, e in covering:
-            e = E.compose(e, (-1, offset, 1, 0), stop - start)
-            key = (c, offset)
-            combined[key] = e if key not in combined else E.add(combined[key], e)
-        _share_scalings(E, combined)
         roots = []
-        for slot, ((c, offset), e) in enumerate(combined.items()):
-            roots.append((e, slot))
-            pieces.append((cols.arrays[c][offset:offset + stop - start], start, len(segments)))
+        for slot, (c, offset, e) in enumerate(covering):
+            roots.append((E.compose(e, (-1, offset, 1, 0), stop - start), slot))
+            pieces.append((A.cols.arrays[c][offset:offset + stop - start], start, len(segments)))
         if len(roots) > _MAX_SLOTS:
             raise Untraceable("more than %d terms in rows of the result" % _MAX_SLOTS)
         code, n_buffers = _emit(E, roots, leaf_slot, param_slot)
@@ -626,6 +1267,8 @@ def _compile(tape, output):
         pieces, segments, len(indices))
     program.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 4)
     program.segments = np.array(segments, dtype=np.int64).reshape(-1, 6)
+    program.guards = [(kind, param_slot(a), param_slot(b), held) for kind, a, b, held in A.guards]
+    program.aux_steps = _aux_steps(E, param_slot)
     program.scalar_steps = steps
     program.leaves = [None] * len(leaves)
     runs = {}
@@ -634,49 +1277,22 @@ def _compile(tape, output):
             runs[array] = kernels.index_runs(E.arrays[array])
         program.leaves[slot] = (node, None if array < 0 else E.arrays[array], start, step,
                                 offset, runs.get(array) if step == 1 else None)
-    program.needed = frozenset(leaf[0] for leaf in program.leaves)
+    program.needed = frozenset(
+        [leaf[0] for leaf in program.leaves if type(leaf[0]) is not tuple]
+        + [s[1] for s in program.aux_steps if s[0] == "leaf" and type(s[1]) is not tuple])
     # (what the leaves read: the maps and their runs, not the compiler's other
     # derived arrays)
     program.arrays = [E.arrays[a] for a in sorted({spec[1] for spec in leaves} - {-1})] + [
         r for r in runs.values() if r is not None]
     program.indptr, program.indices = indptr, indices
     program.shape = (m, n)
-    # (one copy per array the function gathered by, however often: a call
-    # compares each of its arrays once)
-    copies = {}
-    program.index_copies = [copies.setdefault(id(a), np.array(a, dtype=np.int64))
-                            for a in tape.indexes]
+    program.index_copies = [np.array(a, dtype=np.int64) for a in tape.indexes]
     arrays = (program.indptr, program.indices, program.instructions, program.segments,
-              program.owners, program.adds, *program.arrays, *copies.values())
+              program.owners, program.adds, *program.arrays, *program.index_copies)
     for array in arrays:
         array.flags.writeable = False
     program.nbytes = sum(a.nbytes for a in arrays)
     return program
-
-
-def _share_scalings(E, roots):
-    """Roots ``(x * y) * s`` with a factor ``y`` scaled by the same ``s`` in
-    other roots too become ``x * (y * s)``: the scaled factor is then
-    computed once per block, not one scaling per root (the residual's ``/
-    eta`` and its sign, on every entry of a row).  ``roots``: a dict of
-    expressions, rewritten in place."""
-    uses = collections.Counter()
-    for e in roots.values():
-        form = E.forms[e]
-        if form[0] == "scale" and E.forms[form[1]][0] == "multiply":
-            for factor in E.forms[form[1]][1:]:
-                uses[(factor, form[2])] += 1
-    for key, e in roots.items():
-        form = E.forms[e]
-        if not (form[0] == "scale" and E.forms[form[1]][0] == "multiply"):
-            continue
-        a, b = E.forms[form[1]][1:]
-        if uses[(a, form[2])] > uses[(b, form[2])]:
-            a, b = b, a
-        if uses[(b, form[2])] >= 2:
-            # (made as they are: the builders would take the scaling out again)
-            scaled = E.make(("scale", b, form[2]))
-            roots[key] = E.make(("multiply",) + tuple(sorted((a, scaled))))
 
 
 #: the most terms a segment's rows may have (its slots: a place's owner is a uint16)

@@ -38,7 +38,6 @@ array([[2.71828183, 0.        , 0.        ],
 (1, 1)
 """
 import collections
-import numbers
 import threading
 
 import numpy as np
@@ -46,19 +45,30 @@ import scipy.sparse
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import _structure
-from ._compile_tape import RULES, Untraceable, compile_tape
+from ._compile_tape import Untraceable, compile_tape
 from ._memory import pooled
+from ._ufunc_rules import DERIVATIVES
 
-__all__ = ["Traced", "Untraceable", "Recorder", "RecorderInfo", "compile_tape", "RULES"]
+__all__ = ["Traced", "Untraceable", "Recorder", "RecorderInfo", "compile_tape"]
 
 
 _FLOAT64 = np.dtype(np.float64)
 _BOOL = np.dtype(bool)
 _VALUE_DTYPES = (_FLOAT64, _BOOL)
 #: ufuncs recorded as masks (bool values without derivative)
-_MASKS = frozenset(("greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
-                    "logical_and", "logical_or", "logical_xor", "logical_not",
-                    "bitwise_and", "bitwise_or", "bitwise_xor", "invert"))
+_MASKS = frozenset((np.greater, np.greater_equal, np.less, np.less_equal, np.equal,
+                    np.not_equal, np.logical_and, np.logical_or, np.logical_xor,
+                    np.logical_not, np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert))
+#: ufuncs of the eager way's rules that the recorder does not take: an integer
+#: argument (ldexp), an exponent of another value (float_power; np.power's
+#: is a scalar, recorded with its type)
+_NOT_RECORDED = frozenset((np.ldexp, np.float_power, np.power))
+#: programs kept for one structure, each for other choices by scalars
+_VARIANTS = 4
+#: integers exact as float64: scalars the recorder takes
+_EXACT_INTEGER = 2 ** 53
+#: lists of ints read by their numbers, as the eager way's (``f[[0, -1]]``)
+_MAX_LIST_KEY = 32
 
 
 class Tape:
@@ -73,7 +83,7 @@ class Tape:
     their memory is reused while it is still in the cache.
     """
 
-    __slots__ = ("entries", "values", "lengths", "params", "indexes", "keep")
+    __slots__ = ("entries", "values", "lengths", "params", "indexes", "keep", "_index_ids")
 
     def __init__(self, x, keep=None):
         self.entries = [("seed", x.shape[0])]
@@ -82,6 +92,7 @@ class Tape:
         self.params = []
         self.indexes = []
         self.keep = keep
+        self._index_ids = {}
 
     @property
     def size(self):
@@ -105,6 +116,16 @@ class Tape:
         """Node of a constant float64 or bool array (its values read at every call)."""
         return self._node(("const", array.shape[0]), array)
 
+    def index(self, array):
+        """The number of an index array of the call (one per array object: reads
+        by one array share their matrices in the eager way, by two equal ones
+        not)."""
+        k = self._index_ids.get(id(array))
+        if k is None:
+            k = self._index_ids[id(array)] = len(self.indexes)
+            self.indexes.append(array)
+        return k
+
     def holds(self, nodes):
         """Whether the values of ``nodes`` were kept."""
         return all(self.values[node] is not None for node in nodes)
@@ -113,12 +134,23 @@ class Tape:
         return (tuple(self.entries), output)
 
 
-def _is_scalar(x):
+def _precise(x):
+    """A scalar operand as the eager way computes with it (``np.float64`` or
+    ``np.int64``), or None for what the recorder does not take as a scalar
+    (other number types, integers past 2**53)."""
     kind = type(x)
-    if kind is float or kind is int or kind is np.float64:
-        return True
-    return (isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
-            and not isinstance(x, np.ndarray))
+    if kind is float or kind is np.float64:
+        return np.float64(x)
+    if (kind is int or kind is np.int64) and -_EXACT_INTEGER <= x <= _EXACT_INTEGER:
+        return np.int64(x)
+    return None
+
+
+def _plain_integer(x):
+    """``x`` as a Python int where numpy's data movements take it as one (not a bool)."""
+    if type(x) is int or (isinstance(x, np.integer) and not isinstance(x, np.bool_)):
+        return int(x)
+    return None
 
 
 def _operators(ufunc):
@@ -162,10 +194,12 @@ class Traced(NDArrayOperatorsMixin):
             if x.tape is not tape:
                 raise Untraceable("a value of another recording")
             return ("n", x.node), x.value
-        if _is_scalar(x):
-            tape.params.append(float(x))
+        precise = _precise(x)
+        if precise is not None:
+            tape.params.append(precise)
             return ("p", len(tape.params) - 1), x
-        if (type(x) is np.ndarray and x.dtype in _VALUE_DTYPES and x.shape == self.value.shape):
+        if type(x) is np.ndarray and x.dtype in _VALUE_DTYPES and x.ndim == 1:
+            # (of any length numpy broadcasts: the result's, or 1)
             return ("n", tape.constant(x)), x
         raise Untraceable("an operand of type %s" % type(x).__name__)
 
@@ -176,29 +210,30 @@ class Traced(NDArrayOperatorsMixin):
 
     def _apply(self, ufunc, inputs):
         """``ufunc(*inputs)``, recorded (one of its inputs is ``self``)."""
-        name = ufunc.__name__
-        if name in _MASKS:
+        if ufunc in _MASKS:
             # (a comparison or a logical operation: a mask, without derivative,
             # for np.where and products)
             structures, values = zip(*(self._operand(x) for x in inputs))
-            return self.tape.add(("mask", name, structures), ufunc(*values), _BOOL)
-        if name not in RULES:
-            raise Untraceable(name)
-        if name == "power":
-            # (the exponent is structure: the rule differs with it)
-            base, exponent = inputs
-            if type(base) is not Traced or not _is_scalar(exponent):
-                raise Untraceable("power of other than a value and a scalar")
-            structure, value = self._operand(base)
-            exponent = float(exponent)
-            return self.tape.add(("power", structure, exponent), ufunc(value, exponent))
-        if len(inputs) == 1:
-            structure, value = self._operand(inputs[0])
-            return self.tape.add((name, (structure,)), ufunc(value))
-        (sa, a), (sb, b) = self._operand(inputs[0]), self._operand(inputs[1])
-        if type(a) is np.ndarray and type(b) is np.ndarray and a.shape != b.shape:
-            raise Untraceable("operands of shapes %s and %s" % (a.shape, b.shape))
-        return self.tape.add((name, (sa, sb)), ufunc(a, b))
+            return self.tape.add(("mask", ufunc.__name__, structures), ufunc(*values), _BOOL)
+        if ufunc is np.power:
+            return self._power(*inputs)
+        if ufunc not in DERIVATIVES or ufunc in _NOT_RECORDED:
+            raise Untraceable(ufunc.__name__)
+        structures, values = zip(*(self._operand(x) for x in inputs))
+        return self.tape.add(("ufunc", ufunc, structures), ufunc(*values))
+
+    def _power(self, base, exponent, operator=False):
+        """``np.power(base, exponent)``, or numpy's operator ``base ** exponent``,
+        which computes ``x ** 0.5``, ``x ** -1`` and ``x ** 2`` by sqrt,
+        reciprocal and square (the eager way's values too); the exponent is
+        structure (the rule differs with it), kept with its type."""
+        precise = _precise(exponent)
+        if type(base) is not Traced or precise is None:
+            raise Untraceable("power of other than a value and a scalar")
+        structure, value = self._operand(base)
+        kind = "int" if type(precise) is np.int64 else "float"
+        return self.tape.add(("power", structure, float(precise), kind),
+                             value ** exponent if operator else np.power(value, exponent))
 
     # (the common operators straight to the recording, past numpy's dispatch:
     # what np.multiply(self, other) would do with the operands taken here)
@@ -206,7 +241,9 @@ class Traced(NDArrayOperatorsMixin):
     __sub__, __rsub__ = _operators(np.subtract)
     __mul__, __rmul__ = _operators(np.multiply)
     __truediv__, __rtruediv__ = _operators(np.divide)
-    __pow__, _ = _operators(np.power)
+
+    def __pow__(self, other):
+        return self._power(self, other, operator=True)
 
     def __neg__(self):
         return self._apply(np.negative, (self,))
@@ -216,18 +253,24 @@ class Traced(NDArrayOperatorsMixin):
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
             value = self.value[key]
-            return self.tape.add(("slice", self.node, start, step, value.shape[0]), value)
-        if isinstance(key, list) and all(type(k) is int for k in key):
+            return self.tape.add(("slice", self.node, start, stop, step, value.shape[0]), value)
+        if type(key) is list and all(type(k) is int for k in key):
+            # (the eager way names the reads of short lists by their numbers,
+            # of longer ones by nothing: each its own matrix)
+            name = ("list", (n,), tuple(key)) if 0 < len(key) <= _MAX_LIST_KEY else ("own",)
             key = np.array(key, dtype=np.int64)
-        if type(key) is np.ndarray and key.ndim == 1 and key.dtype.kind in "iu":
-            value = self.value[key]      # (numpy's IndexError for an index out of range)
-            self.tape.indexes.append(key)
-            return self.tape.add(("gather", self.node, len(self.tape.indexes) - 1,
-                                  key.shape[0]), value)
-        raise Untraceable("a read by %s" % type(key).__name__)
+        elif type(key) is np.ndarray and key.ndim == 1 and key.dtype.kind in "iu":
+            name = None
+        else:
+            raise Untraceable("a read by %s" % type(key).__name__)
+        value = self.value[key]      # (numpy's IndexError for an index out of range)
+        return self.tape.add(("gather", self.node, self.tape.index(key), key.shape[0], name),
+                             value)
 
     def __array_function__(self, func, types, args, kwargs):
-        if func is np.concatenate and len(args) == 1 and kwargs in ({}, {"axis": 0}):
+        if func is np.concatenate and len(args) == 1 and (
+                not kwargs or set(kwargs) == {"axis"} and type(kwargs["axis"]) is int
+                and kwargs["axis"] == 0):
             parts, values = [], []
             for part in args[0]:
                 if type(part) is Traced and part.tape is self.tape:
@@ -238,7 +281,8 @@ class Traced(NDArrayOperatorsMixin):
                     values.append(part)
                 else:
                     raise Untraceable("np.concatenate of a %s" % type(part).__name__)
-            return self.tape.add(("concatenate", tuple(parts)), np.concatenate(values))
+            return self.tape.add(("concatenate", tuple(parts), tuple(sorted(kwargs.items()))),
+                                 np.concatenate(values))
         if func is np.where and len(args) == 3 and not kwargs:
             condition, a, b = args
             if not (type(condition) is Traced and condition.value.dtype == _BOOL
@@ -246,14 +290,18 @@ class Traced(NDArrayOperatorsMixin):
                 raise Untraceable("np.where of another condition than a mask")
             (sc, c), (sa, va), (sb, vb) = (self._operand(x) for x in (condition, a, b))
             return self.tape.add(("where", sc, sa, sb), np.where(c, va, vb))
-        if func is np.roll and len(args) == 2 and kwargs in ({}, {"axis": None}, {"axis": 0}):
+        if func is np.roll and len(args) == 2:
             a, shift = args
-            if (type(a) is Traced and a.tape is self.tape and _is_scalar(shift)
-                    and float(shift).is_integer()):
+            shift = _plain_integer(shift)
+            axis = kwargs.get("axis", 0)
+            if (type(a) is Traced and a.tape is self.tape and shift is not None
+                    and set(kwargs) <= {"axis"} and (axis is None or _plain_integer(axis) == 0)):
                 n = a.value.shape[0]
-                shift = int(shift) % n if n else 0
-                # (a gather by a map the shift decides: structure, no index array)
-                return self.tape.add(("roll", a.node, shift, n), np.roll(a.value, shift))
+                # (a gather by a map the shift decides: structure, no index array;
+                # named by the arguments as given, as the eager way names it)
+                keywords = tuple((k, None if v is None else 0) for k, v in sorted(kwargs.items()))
+                return self.tape.add(("roll", a.node, shift, n, keywords),
+                                     np.roll(a.value, shift, **kwargs))
             raise Untraceable("np.roll other than of a value by an integer")
         raise Untraceable(getattr(func, "__name__", str(func)))
 
@@ -289,8 +337,9 @@ RecorderInfo = collections.namedtuple("RecorderInfo",
 
 
 class Recorder:
-    """The programs of one function, at most ``capacity`` and at most
-    :func:`sparsegrad.structure_cache_limit` bytes (least recently used
+    """The programs of one function, for at most ``capacity`` structures (each
+    with up to ``_VARIANTS`` programs for other choices by its scalars) and at
+    most :func:`sparsegrad.structure_cache_limit` bytes (least recently used
     forgotten first; the newest is kept whatever its size), and its counts.
 
     ``value_and_jacobian(f, x, args, kwargs)`` returns ``(value, csr_matrix)``
@@ -309,8 +358,10 @@ class Recorder:
     def info(self):
         with self._lock:
             return RecorderInfo(self._hits, self._misses, self._fallbacks,
-                                len(self._programs),
-                                sum(p.nbytes for p in self._programs.values()))
+                                sum(len(v) for v in self._programs.values()), self._nbytes())
+
+    def _nbytes(self):
+        return sum(p.nbytes for variants in self._programs.values() for p in variants)
 
     def clear(self):
         with self._lock:
@@ -358,33 +409,46 @@ class Recorder:
         # same sizes at every call)
         if self._refused is not None:
             return self._fallback(self._refused)
+        argument = x
         # (no copy: the light values never write to x, and the program reads it
         # before this call returns)
         x = np.ascontiguousarray(x, dtype=np.float64)
+        if not x.shape[0]:
+            return self._fallback()
         traced = self._trace(f, x, args, kwargs, self._keep)
         if type(traced) is str:
             return self._fallback(traced)
         tape, result = traced
         key = tape.structure(result.node)
         with self._lock:
-            program = self._programs.get(key)
-            if program is not None:
+            variants = self._programs.get(key, ())
+            if variants:
                 self._programs.move_to_end(key)
-        if program is None or not program.same_indexes(tape):
+        # (a program's guards on the scalars may not hold where another call's
+        # scalars chose another sum: a variant for these is compiled, and kept
+        # beside it, so that scalars that alternate find theirs)
+        program = scalars = None
+        for candidate in variants:
+            if candidate.same_indexes(tape):
+                scalars = candidate.scalars(tape)
+                if scalars is not None:
+                    program = candidate
+                    break
+        if program is None:
             try:
                 program = compile_tape(tape, result.node)
             except Untraceable as exc:
                 return self._fallback(str(exc))
             with self._lock:
                 self._misses += 1
-                self._programs[key] = program
+                self._programs[key] = (program,) + tuple(
+                    v for v in variants if v.same_indexes(tape))[:_VARIANTS - 1]
                 self._programs.move_to_end(key)
-                # (at most `capacity` programs, and no more bytes than the
+                # (at most `capacity` structures, and no more bytes than the
                 # structure cache may hold, the newest kept whatever its size)
                 limit = _structure.structure_cache_limit()
                 while len(self._programs) > 1 and (
-                        len(self._programs) > self.capacity
-                        or sum(p.nbytes for p in self._programs.values()) > limit):
+                        len(self._programs) > self.capacity or self._nbytes() > limit):
                     self._programs.popitem(last=False)
         else:
             with self._lock:
@@ -398,12 +462,18 @@ class Recorder:
             if traced[0].structure(traced[1].node) != key:
                 return self._fallback()
             tape, result = traced
+        scalars = program.scalars(tape)
+        if scalars is None:
+            return self._fallback()
         self._keep = program.needed
         # (the pattern's arrays are the program's, read-only, shared by every
         # matrix it makes: copying them cost a tenth of a call)
-        matrix = scipy.sparse.csr_matrix((program.run(tape), program.indices, program.indptr),
-                                         shape=program.shape, copy=False)
-        return result.value, matrix
+        matrix = scipy.sparse.csr_matrix((program.run(tape, scalars), program.indices,
+                                          program.indptr), shape=program.shape, copy=False)
+        value = result.value
+        if np.may_share_memory(value, argument):
+            value = value.copy()   # (a read of x is a view of it: the value is the caller's)
+        return value, matrix
 
     def settled(self):
         """Called after the eager way computed a call this recorder gave up: an

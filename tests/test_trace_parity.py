@@ -1,0 +1,296 @@
+"""Recorded evaluation against the eager way, bit for bit, or refused.
+
+``value_and_jacobian(f, trace=True)`` must return the eager way's value and
+Jacobian exactly (pattern, data, inf and nan included) at every call, or go the
+eager way: never another answer, never an error of its own.  These tests go
+through the classes where a program could differ: every rule of the eager
+table and every kind of operand (length-1 operands broadcast, scalars of
+either type, constant arrays, masks), the exponents of powers at special
+bases, non-finite values, branches and masks that change between calls, the
+eager way's merges and its choices by scalars, and values that must not
+alias the argument.
+"""
+import numpy as np
+import pytest
+
+import sparsegrad
+from sparsegrad._ufunc_rules import DERIVATIVES
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, np.inf, -np.inf, np.nan, 1e-310,
+                    1e308, 2.0, -1e-300])
+# (other values and another order at every call: masks and branches change)
+POINTS = (SPECIAL, SPECIAL[::-1] * 0.7, np.zeros(len(SPECIAL)), np.linspace(-3.0, 3.0, 14))
+
+
+def canonical(J):
+    J = J.tocsr(copy=True)
+    J.sort_indices()
+    return J
+
+
+def check(f, points=POINTS, *args, recorded=True):
+    """``f`` recorded at every point of ``points`` is the eager way's bit for bit;
+    ``recorded``: it was recorded (True), or refused (False; None: either)."""
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    for x in points:
+        with np.errstate(all="ignore"):
+            value, J = g(x, *args)
+            expected_value, expected = sparsegrad.value_and_jacobian(f)(x, *args)
+        assert np.array_equal(value, expected_value, equal_nan=True), (value, expected_value)
+        assert value.dtype == expected_value.dtype and J.shape == expected.shape
+        J, expected = canonical(J), canonical(expected)
+        assert np.array_equal(J.indptr, expected.indptr)
+        assert np.array_equal(J.indices, expected.indices)
+        assert np.array_equal(J.data, expected.data, equal_nan=True), (x, J.data, expected.data)
+        # (the same signs of zeros and infinities too; a nan's is whichever
+        # operand's numpy propagates)
+        numbers = ~np.isnan(J.data)
+        assert np.array_equal(np.signbit(J.data[numbers]), np.signbit(expected.data[numbers]))
+    info = g.cache_info()
+    if recorded is True:
+        assert info.fallbacks == 0, g.cache_info.__self__.refused
+    elif recorded is False:
+        assert info.fallbacks == len(points) and info.programs == 0
+    return g
+
+
+# ---------------------------------------------------------------- the reproducers
+
+def test_a_broadcast_branch_keeps_its_rows():
+    u = np.array([1.0, -2.0, 3.0])
+    check(lambda u: np.where(u > 0, u, 2.0 * u[:1]), (u, -u, u * 0.5))
+
+
+def test_a_broadcast_mask_reads_inside_its_values():
+    u = np.array([1.0, -2.0, 3.0])
+    check(lambda u: np.where(u[:1] > 0, u, -u), (u, -u, u * 0.5))
+
+
+def test_a_zeroth_power_is_constant_at_zero():
+    check(lambda u: u ** 0 + u, (np.zeros(3), np.array([0.0, np.inf, np.nan])))
+
+
+def test_a_fractional_power_of_a_log_at_zero():
+    check(lambda u: np.log(u) ** 1.5, (np.array([0.0, 1.0, 2.0]), np.array([-1.0, 0.5, 0.0])))
+
+
+def test_a_read_of_the_argument_is_a_copy():
+    g = sparsegrad.value_and_jacobian(lambda x: x[1:], trace=True)
+    for f in (lambda x: x[1:], lambda x: x, lambda x: x[::-1][::2], lambda x: +x):
+        g = sparsegrad.value_and_jacobian(f, trace=True)
+        for _ in range(2):
+            x = np.arange(4.0)
+            value, J = g(x)
+            expected = f(x.copy())
+            assert not np.shares_memory(value, x)
+            x[:] = 100.0
+            np.testing.assert_array_equal(value, expected)
+        assert g.cache_info().hits == 1
+
+
+def test_data_are_fresh_at_every_call():
+    g = sparsegrad.value_and_jacobian(lambda x: x[1:] * x[:-1], trace=True)
+    (_, J1), (_, J2) = g(np.arange(4.0)), g(np.arange(4.0) + 1.0)
+    assert not np.shares_memory(J1.data, J2.data)
+    np.testing.assert_array_equal(J1.toarray()[0, :2], [1.0, 0.0])
+
+
+# ---------------------------------------------------------------- every rule, every operand
+
+def _unary_forms(ufunc):
+    return {
+        "value": lambda x: ufunc(x) + x,
+        "slices": lambda x: ufunc(x[1:] * x[:-1]) * x[1:],
+        "broadcast": lambda x: ufunc(x[:1]) * x,
+        "twice": lambda x: ufunc(x) * ufunc(x) - ufunc(x[::-1]),
+    }
+
+
+def _binary_forms(ufunc):
+    return {
+        "values": lambda x: ufunc(x, x[::-1]),
+        "same value": lambda x: ufunc(x, x),
+        "float": lambda x: ufunc(x, 2.0),
+        "reflected float": lambda x: ufunc(1.5, x),
+        "int": lambda x: ufunc(x, 3),
+        "reflected int": lambda x: ufunc(-2, x),
+        "numpy scalar": lambda x: ufunc(np.float64(0.25), x) + ufunc(x, np.int64(2)),
+        "length 1": lambda x: ufunc(x, x[:1]),
+        "reflected length 1": lambda x: ufunc(x[:1], x) * x,
+        "constant": lambda x: ufunc(x * 2.0, SPECIAL),
+        "constant length 1": lambda x: ufunc(SPECIAL[2:3], x),
+        "mask": lambda x: ufunc(x, x > 0.5) + ufunc(x < 0.0, x),
+    }
+
+
+def _forms():
+    for ufunc in DERIVATIVES:
+        forms = _unary_forms(ufunc) if ufunc.nin == 1 else _binary_forms(ufunc)
+        for name, f in forms.items():
+            yield pytest.param(f, id="%s-%s" % (ufunc.__name__, name))
+
+
+@pytest.mark.parametrize("f", _forms())
+def test_every_rule_and_operand(f):
+    # (recorded, or refused where the rule needs more than arithmetic and
+    # ufuncs, or numpy refuses the operands: never another answer)
+    try:
+        check(f, recorded=None)
+    except TypeError:
+        with pytest.raises(TypeError), np.errstate(all="ignore"):
+            sparsegrad.value_and_jacobian(f)(SPECIAL)
+
+
+@pytest.mark.parametrize("ufunc", [np.add, np.subtract, np.multiply, np.divide, np.negative,
+                                   np.exp, np.log, np.sqrt, np.sin, np.cos, np.tanh,
+                                   np.expm1, np.log1p, np.square, np.reciprocal, np.arctan,
+                                   np.sinh, np.absolute, np.hypot, np.arctan2, np.logaddexp])
+def test_the_common_rules_are_recorded(ufunc):
+    forms = _unary_forms(ufunc) if ufunc.nin == 1 else _binary_forms(ufunc)
+    for f in forms.values():
+        check(f)
+
+
+# ---------------------------------------------------------------- powers
+
+EXPONENTS = [0, 1, 2, 3, -1, -2, 0.5, 1.5, -0.5, 2.0, 1.0, 0.0, -1.0, 3.0, 1 / 3, np.float64(2),
+             np.int64(3), np.float64(0.5), 1e300, np.inf, -np.inf, np.nan, 2 ** 53]
+
+
+@pytest.mark.parametrize("p", EXPONENTS, ids=repr)
+def test_powers_at_special_bases(p):
+    # (x ** p is numpy's operator: sqrt, reciprocal and square for 0.5, -1
+    # and 2; np.power is the ufunc)
+    for f in (lambda x: x ** p, lambda x: np.power(x, p), lambda x: (x * x[::-1]) ** p + x,
+              lambda x: np.log(x) ** p, lambda x: x[:1] ** p * x,
+              lambda x: (x ** p)[1:] * x[:-1] ** p, lambda x: -x ** p, lambda x: np.abs(x) ** p):
+        check(f, POINTS + (-SPECIAL,))
+
+
+def test_powers_the_recorder_does_not_take():
+    for f in (lambda x: x ** x, lambda x: 2.0 ** x, lambda x: x ** 2 ** 60,
+              lambda x: x ** np.float32(2.0), lambda x: np.float_power(x, 2.0)):
+        check(f, recorded=False)
+
+
+# ---------------------------------------------------------------- where, masks, broadcasts
+
+B = SPECIAL > 0.4
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.where(x > 0, np.sqrt(x), 1.0 / x),
+    lambda x: np.where(x > 0, x, x),
+    lambda x: np.where(B, x, 2.0) + np.where(~B, 3.0, x * x),
+    lambda x: np.where(x > 0, 1.0, x) * np.where(x < 0, x, x * 3),
+    lambda x: np.where(x[:1] > 0, x[:1], x),
+    lambda x: np.where(B[:1], x, x * x[:1]),
+    lambda x: np.where((x > 0) & (x < 2) | ~(x != x), np.exp(x), np.log(x)),
+    lambda x: np.where(x > 0, x * np.where(x > 1, x, 2.0), -x) * x,
+    lambda x: B * x + x * (x > 1.0) - (x < 0) / x,
+    lambda x: ((x > 0) * 1.0 + 2.0) * x,
+    lambda x: x * x[:1] + x[:1] * x + x[:1] / x - x / x[:1],
+    lambda x: np.exp(x[:1]) * x + np.sin(x[-1:]),
+    lambda x: (x - x) / (x - x) + np.log(x - x) * x,
+], ids=range(13))
+def test_where_masks_and_broadcasts(f):
+    check(f)
+
+
+def test_where_of_a_merged_concatenation_is_refused():
+    def f(x):
+        u = np.concatenate([x[:1], x, x[-1:]])
+        d = u[1:] - u[:-1]
+        return np.where(d > 0, d, 0.0)
+    check(f, recorded=False)
+
+
+# ---------------------------------------------------------------- reads, merges, sums
+
+EAST = np.roll(np.arange(len(SPECIAL)), -1)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.concatenate([x[:1], x, x[-1:]])[1:] - np.concatenate([x[:1], x, x[-1:]])[:-1],
+    lambda x: (lambda u: u[2:] - 2 * u[1:-1] + u[:-2])(np.concatenate([x[:1], x, x[-1:]])),
+    lambda x: (lambda u: u[2:] * u[:-2])(np.concatenate([np.zeros(1), x * x, np.ones(1)])),
+    lambda x: np.concatenate([x, x * 2]) * np.concatenate([x, x]) + np.concatenate([x, x]),
+    lambda x: np.concatenate([x, x * 2]) + np.concatenate([x[:3], x[3:] * 2, x]),
+    lambda x: np.roll(np.concatenate([x[:2], x[2:] * 2]), 1) + x,
+    lambda x: np.concatenate([x * 2, SPECIAL]) * x[0:1],
+    lambda x: x[EAST] - 2 * x + x[EAST[::-1].copy()] + x[EAST][EAST],
+    lambda x: x[EAST] * x[EAST.copy()] + x[np.roll(EAST, 3)] * x,
+    lambda x: x[[0, -1]] * x[[0, 13]] + x[[0, -1]],
+    lambda x: x[list(range(14)) * 3] * 2.0,
+    lambda x: np.roll(x, 1) + np.roll(x, -13) + np.roll(x, 15) + np.roll(x, 1, axis=0),
+    lambda x: x[1:][1:] * x[2:] + x[2:] + x[1:][1:],
+    lambda x: sum((x[k:k + 8] * (k + 1.5) for k in range(6)), x[:8]),
+    lambda x: sum((x[k:k + 1] * x for k in range(14)), x),
+    lambda x: x * 0.0 + x * 1.0 + x * -0.0 + 0.0 * x - x * 1,
+    lambda x: x[5:5] * x[0:0],
+], ids=range(17))
+def test_reads_merges_and_sums(f):
+    check(f)
+
+
+def test_more_reads_of_one_value_than_the_eager_way_keeps_are_refused():
+    # (the eager way keeps 16 gathers of a matrix, the least recently used
+    # forgotten first: the 17th read's matrix would not be the 1st's)
+    rows = [np.roll(np.arange(14), k) for k in range(20)]
+
+    def f(x):
+        y = x[::-1] * 2.0
+        return sum((y[r] for r in rows + rows), x)
+    check(f, recorded=False)
+
+
+# ---------------------------------------------------------------- scalars
+
+SCALARS = [2.0, 1.0, 0.0, -0.0, np.nan, np.inf, 2, 1, 0, -1, 2.0, 1.0, np.float64(1.0),
+           np.int64(1), 1e308, 3.5]
+
+
+@pytest.mark.parametrize("f", [
+    lambda x, c: x * c + x * 2.0,
+    lambda x, c: np.exp(x) * c + x * c,
+    lambda x, c: (x[1:] * c - x[:-1] * c) * c + x[1:] * x[:-1],
+    lambda x, c: np.concatenate([x[:1], x * c]) * c + np.concatenate([x, x[:1]]),
+    lambda x, c: (x * c) / c - x ** 2 * c + c / x + c - x + x - c,
+    lambda x, c: (x[1:] * x[:-1] + x[1:]) * c * 2.0 + x[1:] * c * c,
+    lambda x, c: np.where(x > c, x * c, x / c) + np.where(x > c, c, x),
+], ids=range(7))
+def test_scalars_that_change_between_calls(f):
+    # (the eager way sums terms of one matrix by whether their scalars are
+    # equal, and returns a Jacobian itself for a factor 1: programs are kept
+    # for each such choice)
+    g = sparsegrad.value_and_jacobian(f, trace=True)
+    x = np.array([0.5, -1.0, 2.0, 0.0, 3.0])
+    for c in SCALARS:
+        with np.errstate(all="ignore"):
+            value, J = g(x, c)
+            expected_value, expected = sparsegrad.value_and_jacobian(f)(x, c)
+        assert np.array_equal(value, expected_value, equal_nan=True)
+        J, expected = canonical(J), canonical(expected)
+        assert np.array_equal(J.indices, expected.indices)
+        assert np.array_equal(J.data, expected.data, equal_nan=True)
+    info = g.cache_info()
+    assert info.fallbacks == 0 and info.misses <= 4
+
+
+def test_scalars_the_recorder_does_not_take():
+    for c in (np.float32(0.5), 2 ** 60, True, np.array(2.0)):
+        check(lambda x: x * c, recorded=False)
+
+
+# ---------------------------------------------------------------- the benchmark problems
+
+@pytest.mark.parametrize("key, n", [("sw", 8), ("pb", 30), ("dd", 30)])
+def test_benchmark_problems_bit_for_bit(key, n):
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from asv_benchmarks import problems
+    F, x0 = problems.get(key).setup(n)
+    check(F, (x0, x0 * 1.01 + 0.001, x0 * 0.99))
