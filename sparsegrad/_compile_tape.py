@@ -42,7 +42,7 @@ from . import _jacobian
 from ._jacobian import _index_dtype
 from ._ufunc_rules import DERIVATIVES
 
-__all__ = ["Untraceable", "Program", "compile_tape"]
+__all__ = ["Untraceable", "Program", "compile_tape", "same_index"]
 
 
 class Untraceable(Exception):
@@ -1031,10 +1031,16 @@ class Program:
                                  self.indptr)
 
     def same_indexes(self, tape):
-        """Whether ``tape`` gathered by arrays equal to the ones compiled in."""
+        """Whether ``tape`` gathered by arrays equal to the ones compiled in (the
+        tape's copies are this program's where they were equal when read)."""
         return len(tape.indexes) == len(self.index_copies) and all(
-            _fast.kernels.same_index(array, copy)
+            array is copy or same_index(array, copy)
             for array, copy in zip(tape.indexes, self.index_copies))
+
+
+def same_index(a, b):
+    """Whether index arrays ``a`` and ``b`` have one shape and equal entries."""
+    return _fast.kernels.same_index(a, b)
 
 
 def _as_float(values):
@@ -1286,7 +1292,9 @@ def _compile(tape, output):
         r for r in runs.values() if r is not None]
     program.indptr, program.indices = indptr, indices
     program.shape = (m, n)
-    program.index_copies = [np.array(a, dtype=np.int64) for a in tape.indexes]
+    # (the tape's copies of the entries read: made read-only, later calls'
+    # tapes take them where the arrays are equal)
+    program.index_copies = list(tape.indexes)
     arrays = (program.indptr, program.indices, program.instructions, program.segments,
               program.owners, program.adds, *program.arrays, *program.index_copies)
     for array in arrays:

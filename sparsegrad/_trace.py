@@ -45,7 +45,7 @@ import scipy.sparse
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import _structure
-from ._compile_tape import Untraceable, compile_tape
+from ._compile_tape import Untraceable, compile_tape, same_index
 from ._memory import pooled
 from ._ufunc_rules import DERIVATIVES
 
@@ -83,9 +83,10 @@ class Tape:
     their memory is reused while it is still in the cache.
     """
 
-    __slots__ = ("entries", "values", "lengths", "params", "indexes", "keep", "_index_ids")
+    __slots__ = ("entries", "values", "lengths", "params", "indexes", "keep", "_index_ids",
+                 "_known_indexes")
 
-    def __init__(self, x, keep=None):
+    def __init__(self, x, keep=None, known_indexes=()):
         self.entries = [("seed", x.shape[0])]
         self.values = [x]
         self.lengths = [x.shape[0]]
@@ -93,6 +94,7 @@ class Tape:
         self.indexes = []
         self.keep = keep
         self._index_ids = {}
+        self._known_indexes = known_indexes   # (the last program's copies, by number)
 
     @property
     def size(self):
@@ -117,13 +119,23 @@ class Tape:
         return self._node(("const", array.shape[0]), array)
 
     def index(self, array):
-        """The number of an index array of the call (one per array object: reads
-        by one array share their matrices in the eager way, by two equal ones
-        not)."""
-        k = self._index_ids.get(id(array))
-        if k is None:
-            k = self._index_ids[id(array)] = len(self.indexes)
-            self.indexes.append(array)
+        """The number of an index array read now, whose entries as they are now
+        ``indexes`` keeps (the last program's equal copy, or a copy).
+
+        Reads by one array object share their matrices in the eager way, by
+        two equal ones not; an array written between two reads is another
+        (the eager way compares it with its copy at every read, and so does
+        this: the Jacobian is that of the entries read)."""
+        known = self._index_ids.get(id(array))
+        if known is not None and same_index(array, self.indexes[known[1]]):
+            return known[1]
+        k = len(self.indexes)
+        copy = self._known_indexes[k] if k < len(self._known_indexes) else None
+        if copy is None or not same_index(array, copy):
+            copy = np.array(array, dtype=np.int64)
+        # (the array held to the call's end: no other takes its id meanwhile)
+        self._index_ids[id(array)] = (array, k)
+        self.indexes.append(copy)
         return k
 
     def holds(self, nodes):
@@ -353,6 +365,7 @@ class Recorder:
         self._hits = self._misses = self._fallbacks = 0
         self._refused = None      # why the function is not recorded (None: it is)
         self._keep = None         # the nodes whose values the last program read
+        self._indexes = ()        # the copies of the index arrays it read
         self._error_seen = None   # an error of the function on light values
 
     def info(self):
@@ -369,6 +382,7 @@ class Recorder:
             self._hits = self._misses = self._fallbacks = 0
             self._refused = None
             self._keep = None
+            self._indexes = ()
             self._error_seen = None
 
     @property
@@ -388,7 +402,7 @@ class Recorder:
 
     def _trace(self, f, x, args, kwargs, keep):
         """``(tape, result)`` of ``f`` on light values, or a reason (str) why not."""
-        tape = Tape(x, keep)
+        tape = Tape(x, keep, self._indexes)
         try:
             result = f(Traced(x, 0, tape), *args, **kwargs)
         except Untraceable as exc:
@@ -466,6 +480,7 @@ class Recorder:
         if scalars is None:
             return self._fallback()
         self._keep = program.needed
+        self._indexes = program.index_copies
         # (the pattern's arrays are the program's, read-only, shared by every
         # matrix it makes: copying them cost a tenth of a call)
         matrix = scipy.sparse.csr_matrix((program.run(tape, scalars), program.indices,

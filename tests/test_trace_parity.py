@@ -233,6 +233,26 @@ def test_reads_merges_and_sums(f):
     check(f)
 
 
+def test_an_index_array_written_between_two_reads():
+    index = np.arange(14)
+
+    def f(x):
+        index[:] = np.arange(14)
+        a = x[index]
+        index[:] = EAST
+        b = x[index] * x[index]
+        index[:] = np.arange(14)[::-1]
+        return a * 2.0 + b + x[index]
+    g = check(f)
+    assert g.cache_info().hits == len(POINTS) - 1
+
+
+def test_temporary_index_arrays_are_each_their_own():
+    # (equal arrays made afresh: the eager way shares no matrix between them)
+    base = np.arange(14)
+    check(lambda x: x[np.roll(base, 1)] * 3.0 + x[np.roll(base, 1)] * x + x[base.copy()])
+
+
 def test_more_reads_of_one_value_than_the_eager_way_keeps_are_refused():
     # (the eager way keeps 16 gathers of a matrix, the least recently used
     # forgotten first: the 17th read's matrix would not be the 1st's)
