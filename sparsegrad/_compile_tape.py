@@ -16,10 +16,11 @@ operations' values at rows that depend only on the structure; the output's
 rows are cut into segments of the same terms, each segment's expressions are
 emitted as instructions on buffers of a block of rows, and the pattern gives
 the place each term's entry takes.  What the program cannot reproduce raises
-:class:`Untraceable` (the call then goes the eager way): a merge of terms
-before the result (a concatenation read, masked or added to another value),
-more terms than the eager way keeps apart, more reads of one value than its
-caches keep, a rule that needs more than arithmetic and ufuncs.
+:class:`Untraceable` (the call then goes the eager way): a mask of a matrix
+the eager way merged (it chooses by the finiteness of the merged values), a
+merge of terms that meet at some of their places only, more reads of one
+value than the eager way's caches keep, a rule that needs more than
+arithmetic and ufuncs.
 
 >>> import numpy as np
 >>> from sparsegrad._trace import Tape, Traced
@@ -655,13 +656,12 @@ class _Algebra:
             parts.append((first + a0, first + b0, c, e))
         merged = []
         for part in parts:
-            for k, known in enumerate(merged):
-                overlap = self._overlap(known, part)
-                if overlap == "same":
-                    merged[k] = known[:3] + (self.E.arith("add", known[3], part[3]),)
-                    break
-                if overlap == "some":
-                    raise Untraceable("a merge of terms that meet at some of their rows")
+            overlaps = [self._overlap(known, part) for known in merged]
+            if "some" in overlaps:
+                raise Untraceable("a merge of terms that meet at some of their places")
+            if "same" in overlaps:
+                k = overlaps.index("same")
+                merged[k] = merged[k][:3] + (self.E.arith("add", merged[k][3], part[3]),)
             else:
                 merged.append(part)
         nnz = sum(int(np.count_nonzero(self.cols.arrays[c] >= 0)) for _, _, c, _ in merged)

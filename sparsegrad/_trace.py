@@ -453,6 +453,10 @@ class Recorder:
                 program = compile_tape(tape, result.node)
             except Untraceable as exc:
                 return self._fallback(str(exc))
+            except Exception as exc:
+                # (a case the compiler does not know: the eager way's answer,
+                # not an error of the recorder's)
+                return self._fallback("the compiler's %s: %s" % (type(exc).__name__, exc))
             with self._lock:
                 self._misses += 1
                 self._programs[key] = (program,) + tuple(
@@ -479,12 +483,18 @@ class Recorder:
         scalars = program.scalars(tape)
         if scalars is None:
             return self._fallback()
+        try:
+            data = program.run(tape, scalars)
+        except ValueError as exc:
+            # (run_program checks every address it reads and writes: a program
+            # that fails them is refused, and the eager way answers)
+            return self._fallback("a program that failed its checks: %s" % exc)
         self._keep = program.needed
         self._indexes = program.index_copies
         # (the pattern's arrays are the program's, read-only, shared by every
         # matrix it makes: copying them cost a tenth of a call)
-        matrix = scipy.sparse.csr_matrix((program.run(tape, scalars), program.indices,
-                                          program.indptr), shape=program.shape, copy=False)
+        matrix = scipy.sparse.csr_matrix((data, program.indices, program.indptr),
+                                         shape=program.shape, copy=False)
         value = result.value
         if np.may_share_memory(value, argument):
             value = value.copy()   # (a read of x is a view of it: the value is the caller's)

@@ -314,3 +314,26 @@ def test_benchmark_problems_bit_for_bit(key, n):
     from asv_benchmarks import problems
     F, x0 = problems.get(key).setup(n)
     check(F, (x0, x0 * 1.01 + 0.001, x0 * 0.99))
+
+
+# ---------------------------------------------------------------- never an error of its own
+
+def test_a_program_that_fails_its_checks_goes_the_eager_way(monkeypatch):
+    from sparsegrad import _fast
+
+    def failing(*args):
+        raise ValueError("run_program: leaf 0 (instruction 0) reads outside its values")
+    monkeypatch.setattr(_fast, "run_program", failing)
+    g = check(lambda x: x[1:] * x[:-1], recorded=None)
+    assert g.cache_info().fallbacks == len(POINTS)
+    assert "failed its checks" in g.cache_info.__self__.refused
+
+
+def test_an_error_of_the_compiler_goes_the_eager_way(monkeypatch):
+    from sparsegrad import _trace
+
+    def failing(tape, output):
+        raise TypeError("a case the compiler does not know")
+    monkeypatch.setattr(_trace, "compile_tape", failing)
+    g = check(lambda x: x[1:] * x[:-1], recorded=False)
+    assert "compiler's TypeError" in g.cache_info.__self__.refused
