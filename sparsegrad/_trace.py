@@ -17,14 +17,16 @@ control flow and its values are its own) and only runs the program: no
 per-operation Jacobian bookkeeping, no intermediate row factors in memory.
 
 What a call checks before it trusts a program: the structure of its tape
-(operations, operands, shapes, slices, the exponent of every power) is the
-program's, and every index array it gathered by holds the entries the program
-was compiled with (compared with kept copies, as the eager path does: an
-array written in place between calls is caught).  Scalars (``g * eta``,
-``dt``) are read at every call.  Anything the recorder does not take (another
-numpy function, a comparison, a 2-d value, a branch on a value, an error
-raised by ``f``) makes the call go the eager way (``forward.seed``); the
-function may then run twice in that call.
+(operations, operands, shapes, slices, the exponent of every power, which
+reads are by one index array) is the program's, every index array held the
+entries the program was compiled with when it was read (compared with kept
+copies at every read, as the eager path does: an array written in place,
+between calls or between two reads, is caught), and the call's scalars
+(``g * eta``, ``dt``: read at every call) choose as the program's guards say.
+The program's result is the eager way's, bit for bit.  Anything the recorder
+does not take (another numpy function, a 2-d value, a branch on a value, an
+error raised by ``f``, what the compiler refuses) makes the call go the eager
+way (``forward.seed``); the function may then run twice in that call.
 
 >>> import numpy as np
 >>> recorder = Recorder()
@@ -178,9 +180,11 @@ def _operators(ufunc):
 class Traced(NDArrayOperatorsMixin):
     """A light value: a 1-d float64 (or bool) ndarray and its node on a :class:`Tape`.
 
-    Takes elementwise ufuncs of :data:`RULES`, comparisons and logical
-    operations (bool masks, without derivative) and ``np.where`` of a mask,
-    reads by slices and integer arrays, ``np.roll`` by an integer and
+    Takes the elementwise ufuncs of the eager way's rule table
+    (``sparsegrad._ufunc_rules.DERIVATIVES``; power by a scalar),
+    comparisons and logical operations (bool masks, without derivative) and
+    ``np.where`` of a mask, operands broadcast as numpy's, reads by slices,
+    integer arrays and lists, ``np.roll`` by an integer and
     ``np.concatenate``; anything else raises :class:`Untraceable`.
     """
 
