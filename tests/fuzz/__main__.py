@@ -6,6 +6,7 @@
     SPARSEGRAD_PURE_PYTHON=1 python -m tests.fuzz --seconds 600
 """
 import argparse
+import faulthandler
 import sys
 
 from . import oracles
@@ -29,9 +30,14 @@ def main(argv=None):
                         help="leave this construct out (repeatable)")
     parser.add_argument("--no-shrink", action="store_true", help="report failures as drawn")
     parser.add_argument("--quiet", action="store_true", help="only the summary")
+    parser.add_argument("--seed-log", metavar="PATH",
+                        help="write the seed being checked to PATH (finds a crash)")
     parser.add_argument("--show", type=int, metavar="SEED",
                         help="print the program of SEED and its check, and exit")
     args = parser.parse_args(argv)
+    # (a fault in compiled code kills the process: the dump's frames name the
+    # program, "<program SEED>")
+    faulthandler.enable()
     exclude = (set() if args.all else set(KNOWN_OPEN) - set(args.include)) | set(args.exclude)
     if args.show is not None:
         program = generate(args.show, exclude, args.family)
@@ -42,7 +48,7 @@ def main(argv=None):
     if args.seconds is None and args.count is None:
         args.seconds = 60.0
     summary = run(args.seconds, args.count, args.start, exclude, args.family,
-                  not args.no_shrink, None if args.quiet else print)
+                  not args.no_shrink, None if args.quiet else print, args.seed_log)
     print(summary.text())
     return 0 if not summary.failures else 1
 

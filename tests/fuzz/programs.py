@@ -49,8 +49,10 @@ FEATURES = {
                              "the last write wins, += adds once)",
     "complex_intermediate": "a real seed through complex values, back by abs, real, "
                             "imag or sign",
-    "einsum_view_write": "a write into a view np.einsum made (np.einsum('ii->i', A), "
-                         "np.einsum('ij->ji', A)) or into its base while it lives",
+    "function_view_write": "a write into a view np.einsum or np.diag made "
+                           "(np.einsum('ii->i', A), np.einsum('ij->ji', A), np.diag(A)), or "
+                           "into its base while the view lives",
+    "empty_cumulative": "np.cumsum or np.cumprod of an empty array",
     "scalar_view_write": "a write into an array made from a numpy scalar by reshape, "
                          "ravel or None (s = x[0]; a = s.reshape(1); a[0] = ...): numpy's "
                          "array is new, s and its other arrays keep their values",
@@ -65,8 +67,9 @@ FEATURES = {
 #: Remove a name when its fix lands; ``python -m tests.fuzz --all`` draws them all.
 KNOWN_OPEN = frozenset({
     "negative_index_reuse",
-    "einsum_view_write",
+    "function_view_write",
     "scalar_view_write",
+    "empty_cumulative",
     "power_fast_path",
 })
 
@@ -270,7 +273,7 @@ class _Builder:
         self.kinds = {"x": "value"}
         self.changed = set()       # variables a write through another one changed
         self.scalar_views = set()  # arrays numpy made anew from a scalar, by a view's rule
-        self.einsum_made = set()   # variables np.einsum made (numpy: views of a single operand)
+        self.function_made = set()  # made by np.einsum, np.diag: numpy's may be views
         self.index_lengths = {}    # index array -> the axis lengths it was applied to
         self._pending = []
         self._count = 0
@@ -412,8 +415,8 @@ class _Builder:
             tags.add("stale_view_read")
         if writes is not None:
             group = {writes} | set(self.aliases(writes))
-            if group & self.einsum_made:
-                tags.add("einsum_view_write")
+            if group & self.function_made:
+                tags.add("function_view_write")
             if group & self.scalar_views or (
                     isinstance(self.probe(writes), np.generic) and self.scalar_views):
                 # (an in-place operation on a numpy scalar makes a new one;
@@ -459,8 +462,8 @@ class _Builder:
         value = self.probe(name)
         if not isinstance(value, np.ndarray):
             return
-        if "np.einsum(" in line:
-            self.einsum_made.add(name)
+        if "np.einsum(" in line or "np.diag(" in line:
+            self.function_made.add(name)
         if any(n in self.scalar_views and np.shares_memory(self.probe(n), value)
                for n in used):
             self.scalar_views.add(name)
@@ -878,6 +881,7 @@ class _General(_Builder):
         axis = int(self.rng.integers(-ndim, ndim))
         op = self.choice(["roll", "roll", "pad", "pad", "diff", "repeat", "tile", "cumsum",
                           "cumprod"] + (["diag"] if ndim <= 2 else []))
+        tags = set()
         if op == "roll":
             shift = int(self.rng.integers(-3, 4))
             text = self.choice(["np.roll(%s, %d)" % (a, shift),
@@ -901,10 +905,12 @@ class _General(_Builder):
                                                  for _ in range(ndim)))
         elif op in ("cumsum", "cumprod"):
             text = "np.%s(%s, axis=%d)" % (op, a, axis)
+            if np.size(self.probe(a)) == 0:
+                tags = {"empty_cumulative"}
         else:
             text = "np.diag(%s)" % a
         name = self.name()
-        return self.run("%s = %s" % (name, text), name=name)
+        return self.run("%s = %s" % (name, text), tags, name=name)
 
     def reduce(self):
         a = self.pick(predicate=lambda n: np.ndim(self.probe(n)) > 0)

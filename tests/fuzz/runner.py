@@ -143,7 +143,7 @@ def shrink(program, kind, budget=60.0):
 
 
 def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shrinking=True,
-        out=print):
+        out=print, seed_log=None):
     """Check consecutive seeds from ``start`` for ``seconds`` or ``count`` programs.
 
     Parameters
@@ -160,6 +160,9 @@ def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shri
         Shrink the first failures of each class.
     out : callable or None
         Receives each failure's report as it is found.
+    seed_log : str, optional
+        A file holding the seed being checked, written before each check: the
+        seed that crashed the process (a fault in compiled code) is there.
 
     Returns
     -------
@@ -173,6 +176,9 @@ def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shri
     shrunk = collections.Counter()
     while (count is None or seed - start < count) and (
             seconds is None or time.monotonic() - began < seconds):
+        if seed_log is not None:
+            with open(seed_log, "w") as log:
+                log.write("%d\n" % seed)
         program = generate(seed, exclude, family)
         outcome = oracles.check(program)
         summary.add(program, outcome)
