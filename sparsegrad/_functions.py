@@ -37,7 +37,7 @@ from ._errors import unsupported
 from ._indexing import row_index
 from ._deferred import Deferred, compute, c_contiguous, c_ordered
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian,
-                     cast_input, check_real_axis, view_of, _View, real_part,
+                     cast_input, check_real_axis, view_of, _View, zero_d_array, real_part,
                      imaginary_part, no_part)
 
 INDEX_DTYPE = np.int64
@@ -157,6 +157,8 @@ def create(function, like, args, kwargs):
     if not np.issubdtype(array.dtype, np.inexact):
         array = array.astype(np.result_type(array.dtype, like.dtype, np.float64))
     result = make(array, jac.zero(like._jacobian.seed, array.size))
+    if not array.ndim:
+        result = zero_d_array(result._raw, result._jac)
     result._owns = True
     return result
 
@@ -753,7 +755,12 @@ def _einsum(*operands, out=None, optimize=False, **kwargs):
     if _real_dtype(kwargs.get("dtype")):
         operands = _real_parts(operands, "numpy.einsum")
     specs, output = _parse_einsum(subscripts, [np.ndim(nvalue(o)) for o in operands])
-    return _linear(specs, output, operands, result)
+    forward = _linear(specs, output, operands, result)
+    if len(operands) == 1 and isinstance(operands[0], value) and isinstance(forward, value):
+        # (a transposition or a diagonal: numpy's einsum gives a view)
+        return _viewed(forward, operands[0], lambda array: np.einsum(subscripts, array,
+                                                                     **kwargs))
+    return forward
 
 
 def _sparse_product(matrix, x, matrix_first):

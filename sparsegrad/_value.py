@@ -366,10 +366,9 @@ class value(NDArrayOperatorsMixin):
             piece = new._jacobian
             seed = jac.common_seed([root._jac, piece])
             if np.iscomplexobj(new._array) and not np.iscomplexobj(self._array):
-                # numpy keeps the real part, which has no complex derivative; for a
-                # real seed its Jacobian is the real part of the source's
-                if seed.complex:
-                    raise _not_complex_differentiable("writing into a real array")
+                # numpy keeps the real part: for a real seed its Jacobian is the real
+                # part of the source's; a complex seed's has one on the real axis only
+                check_real_axis("writing complex values into a real array", [new])
                 piece = _ufuncs.real_part(piece)
             source_rows = _broadcast_rows(new.shape, target_rows.shape)
             new_array = new._value
@@ -642,6 +641,10 @@ class _View:
         elements = np.unravel_index(target, root.shape)
         old = root[elements]
         new = np.broadcast_to(coerce(new), target.shape)
+        if np.iscomplexobj(new):
+            warnings.warn("Casting complex values to real discards the imaginary part",
+                          np.exceptions.ComplexWarning, stacklevel=2 + _OWN_FRAME)
+            new = np.real(new)  # (numpy's: the real part, of a part of the value)
         if self._parts[-1] is real_part:
             root[elements] = new + 1j * np.imag(old)
         else:
@@ -650,6 +653,13 @@ class _View:
 
 class _array_view(_View, _array_value):
     __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac")
+
+
+class zero_d_array(value):
+    """A 0-d forward value made as an array (``np.zeros((), like=x)``): written in
+    place by its operators and viewed as numpy's 0-d arrays are, where other 0-d
+    values are scalar-like."""
+    __slots__ = ()
 
 
 class _scalar_view(_View, value):
@@ -663,6 +673,10 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
     by ``step``) and ``jacobian`` (its rows).  ``rows_step``: the step on row
     numbers (by default ``step``; None: the same rows); ``part``: a function of a
     Jacobian applied after the rows are taken (``.real``)."""
+    if type(parent) is value:
+        # (a scalar-like 0-d value: numpy's scalars have no views, a reshape of
+        # one is a new array)
+        return make(array, jacobian)
     if isinstance(parent, _View):
         root, steps, parts = parent._root, parent._steps, parent._parts
     else:

@@ -151,11 +151,29 @@ def _ellipsis_and_none(u):
     return R
 
 
+def _einsum_views(u):
+    R = u * 1.0
+    np.einsum("ij->ji", R.reshape(2, 3))[2, 1] = u[0] ** 2  # R[5]
+    np.einsum("ii->i", R[:4].reshape(2, 2))[1] *= u[1]     # R[3]
+    return R
+
+
+def _zero_d_arrays(u):
+    R = zeros(u, ())                      # a 0-d array: viewed, written in place
+    R.reshape(1)[0] = u[0] * 2.0
+    R += u[1]
+    s = np.sum(u)                         # a scalar: a reshape of it is a new array
+    t = np.reshape(s, (1, 1))
+    t[0, 0] = u[2]
+    return np.stack([R, s, t[0, 0]])
+
+
 @pytest.mark.parametrize("F", [_reshape_view, _interior_of_a_grid, _ravel_view,
                                _slice_of_slice, _transpose_row, _named_view,
                                _out_is_a_view, _inplace_through_a_view, _views_of_views,
                                _functions_that_return_views, _split_pieces,
-                               _add_at_a_view, _ellipsis_and_none])
+                               _add_at_a_view, _ellipsis_and_none, _einsum_views,
+                               _zero_d_arrays])
 def test_writes_through_views(F):
     check(F)
 
@@ -329,3 +347,23 @@ def test_views_on_a_device(device):
     J[3, 5] = 1.0
     assert_array_equal(on_host(R.dvalue).toarray(), J)
     assert_array_equal(on_host(tail.dvalue).toarray(), J[3:])
+
+
+def test_complex_values_written_into_a_real_array_of_a_complex_seed():
+    x = forward.seed(X0.astype(complex))
+    R = np.zeros(6, dtype=float, like=x)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        R[1:] = x[:5] * 2.0
+    assert_array_equal(R.value, np.r_[0.0, 2.0 * X0[:5]])
+    expected = np.zeros((6, 6))
+    expected[np.arange(1, 6), np.arange(5)] = 2.0
+    assert_array_equal(R.dvalue.toarray(), expected)
+    with pytest.raises(UnsupportedOperationError, match="real array"):
+        R[0] = x[0] + 1j
+    z = np.zeros(6, like=x)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        z.real[2:] = x[:4] * 3.0          # (the real part of complex values written)
+    assert_array_equal(z.value, np.r_[0.0, 0.0, 3.0 * X0[:4]])
+    expected = np.zeros((6, 6))
+    expected[np.arange(2, 6), np.arange(4)] = 3.0
+    assert_array_equal(z.dvalue.toarray(), expected)
