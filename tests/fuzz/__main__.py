@@ -7,6 +7,7 @@
 """
 import argparse
 import faulthandler
+import signal
 import sys
 
 from . import oracles
@@ -38,6 +39,8 @@ def main(argv=None):
     # (a fault in compiled code kills the process: the dump's frames name the
     # program, "<program SEED>")
     faulthandler.enable()
+    # (``timeout`` ends a run with SIGTERM: it still prints its summary)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     exclude = (set() if args.all else set(KNOWN_OPEN) - set(args.include)) | set(args.exclude)
     if args.show is not None:
         program = generate(args.show, exclude, args.family)

@@ -168,6 +168,11 @@ def _kink_explains(f, x, dense, rtol):
 
 def _check_jacobian(program, f, x, y, outcome, call=None):
     """``y``'s Jacobian against the complex step and central differences at ``x``."""
+    if not program.finite_at(x):
+        # (an inf or nan on the way, at a later point of a recorded program: the
+        # chain rule's 0 * inf is nan where the differences see a constant)
+        outcome.counts["jacobian skipped (not finite)"] += 1
+        return
     cs_rtol, fd_rtol = TOLERANCES[program.dtype]
     value = np.asarray(y.value)
     with _Quiet():
@@ -196,36 +201,76 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
     # kink or at the ill-conditioned values of recorded programs' later points)
     failures = []
     for reference, rtol, name in references:
-        why = _jacobian_difference(program, f, x, y, reference, rtol, name == "central "
-                                   "differences")
+        why = _jacobian_difference(y, reference, rtol)
         if why is None:
             outcome.counts["jacobian by " + name] += 1
             return
+        if why.startswith("Jacobian differs"):
+            second = _second_look(program, f, x, y, reference, rtol, name)
+            if second == "agrees":
+                outcome.counts["jacobian by %s, at a second look" % name] += 1
+                return
+            if second == "unreliable":
+                outcome.counts["jacobian: %s unreliable" % name] += 1
+                continue
         failures.append("against %s: %s" % (name, why))
-    outcome.fail("jacobian", "; ".join(failures), call)
+    if failures:
+        outcome.fail("jacobian", "; ".join(failures), call)
 
 
-def _jacobian_difference(program, f, x, y, reference, rtol, central):
+def _jacobian_difference(y, reference, rtol):
     """Why ``y``'s Jacobian is not ``reference`` to ``rtol``, or None."""
     scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
     try:
         with _Quiet():
             assert_jacobian_equal(y, reference, rtol=rtol, atol=rtol * scale)
     except AssertionError as exc:
-        message = str(exc).strip().splitlines()[0]
-        if not message.startswith(("Jacobian differs", "Jacobian dtype", "Jacobian must",
-                                   "Jacobian has shape", "CSR")):
-            message = str(exc).strip().replace("\n", " ")[:300]
+        text = str(exc).strip()
+        message = ("Jacobian differs" if "Jacobian differs from the reference" in text
+                   else text.replace("\n", " ")[:300])
         dense = y.dvalue.toarray() if sp.issparse(y.dvalue) else None
         if dense is None or dense.shape != reference.shape:
             return message
-        if (central and "nonsmooth" in program.tags
-                and message.startswith("Jacobian differs")
-                and _kink_explains(f, x, dense, rtol)):
-            return None
-        if message.startswith("Jacobian differs"):
-            message = "Jacobian differs"
         return message + _first_difference(dense, reference, rtol, rtol * scale)
+    return None
+
+
+def _second_look(program, f, x, y, reference, rtol, name):
+    """``"agrees"``, ``"unreliable"`` (the reference is not to be trusted at
+    this point) or None (a real difference), for a Jacobian off ``reference``.
+
+    The complex step is exact, but of the program's complex arithmetic, whose
+    real parts round otherwise than the real program's: where the derivative
+    is ill-conditioned (``sin`` of a large argument) that moves it, so it is
+    taken again in extended precision.  Central differences are taken again
+    with a quarter of the step: agreeing with those is enough, and a
+    reference that moves with its step is no reference.  At a kink the left
+    or the right derivative is the answer.
+    """
+    dense = y.dvalue.toarray()
+    scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
+    with _Quiet():
+        if name == "the complex step":
+            if x.dtype != np.float64:
+                return None
+            try:
+                extended = numerical_jacobian(f, x.astype(np.longdouble), method="complex")
+            except (TypeError, ValueError):
+                return None
+            return "agrees" if np.all(np.abs(dense - extended) <= rtol * (
+                np.abs(extended) + scale)) else None
+        work = np.result_type(x.dtype, np.float64)
+        step = np.cbrt(np.finfo(work).eps) * np.maximum(1, np.abs(x.astype(work)))
+        try:
+            finer = numerical_jacobian(f, x, method="central", step=step / 4)
+        except ValueError:
+            return "unreliable"
+        if np.all(np.abs(dense - finer) <= rtol * (np.abs(finer) + scale)):
+            return "agrees"
+        if not np.all(np.abs(finer - reference) <= rtol * (np.abs(reference) + scale)):
+            return "unreliable"
+    if "nonsmooth" in program.tags and _kink_explains(f, x, dense, rtol):
+        return "agrees"
     return None
 
 

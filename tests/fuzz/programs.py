@@ -176,6 +176,17 @@ class Program:
                   for k, p in enumerate(self.points)]
         return "\n".join(head) + "\n" + self.function_source() + "\n" + "\n".join(points) + "\n"
 
+    def finite_at(self, x):
+        """Whether every value ``f`` computes at ``x`` is finite."""
+        namespace = dict(NAMESPACE)
+        source = self.function_source().replace("    return %s\n" % self.result,
+                                                "    return locals()\n")
+        exec(source, namespace)
+        with _Lenient():
+            values = namespace["f"](x.copy())
+        return all(np.all(np.isfinite(v)) for v in values.values()
+                   if isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind in "fc")
+
     def function(self):
         """``f``, made once per program: the same object, with the same constants,
         at every call (caches keyed by them meet them again)."""

@@ -55,6 +55,7 @@ class Summary:
         self.classes = collections.Counter()
         self.seconds = 0.0
         self.seeds = None
+        self.interrupted = False
 
     def add(self, program, outcome):
         self.programs[program.family] += 1
@@ -66,9 +67,9 @@ class Summary:
     def text(self):
         total = sum(n for k, n in self.programs.items() if k in ("general", "recorded",
                                                                   "unsupported"))
-        lines = ["%d programs in %.1f s (%.1f per second), seeds %d-%d, kernels: %s" % (
+        lines = ["%d programs in %.1f s (%.1f per second), seeds %d-%d, kernels: %s%s" % (
             total, self.seconds, total / max(self.seconds, 1e-9), self.seeds[0],
-            self.seeds[1], sparsegrad.KERNELS)]
+            self.seeds[1], sparsegrad.KERNELS, " (interrupted)" if self.interrupted else "")]
         lines.append("programs: " + ", ".join("%s %d" % kv for kv in sorted(
             self.programs.items())))
         lines.append("features: " + ", ".join("%s %d" % kv for kv in sorted(
@@ -174,29 +175,33 @@ def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shri
     began = time.monotonic()
     seed = start
     shrunk = collections.Counter()
-    while (count is None or seed - start < count) and (
-            seconds is None or time.monotonic() - began < seconds):
-        if seed_log is not None:
-            with open(seed_log, "w") as log:
-                log.write("%d\n" % seed)
-        program = generate(seed, exclude, family)
-        outcome = oracles.check(program)
-        summary.add(program, outcome)
-        if not outcome.ok:
-            kind = _kind(outcome.mismatches[0])
-            alone = kind[0] == "harness" or _fails(program, kind) is not None
-            failure = Failure(program, outcome, alone)
-            summary.classes[failure.key] += 1
-            if shrinking and alone and kind[0] != "harness" \
-                    and shrunk[failure.key] < SHRINKS_PER_CLASS:
-                shrunk[failure.key] += 1
-                minimal, mismatches = shrink(program, kind)
-                if mismatches is not None:
-                    failure.minimal, failure.minimal_mismatches = minimal, mismatches
-            summary.failures.append(failure)
-            if out is not None:
-                out(failure.report() + "\n")
-        seed += 1
+    try:
+        while (count is None or seed - start < count) and (
+                seconds is None or time.monotonic() - began < seconds):
+            if seed_log is not None:
+                with open(seed_log, "w") as log:
+                    log.write("%d\n" % seed)
+            program = generate(seed, exclude, family)
+            outcome = oracles.check(program)
+            summary.add(program, outcome)
+            if not outcome.ok:
+                kind = _kind(outcome.mismatches[0])
+                alone = kind[0] == "harness" or _fails(program, kind) is not None
+                failure = Failure(program, outcome, alone)
+                summary.classes[failure.key] += 1
+                if shrinking and alone and kind[0] != "harness" \
+                        and shrunk[failure.key] < SHRINKS_PER_CLASS:
+                    shrunk[failure.key] += 1
+                    minimal, mismatches = shrink(program, kind)
+                    if mismatches is not None:
+                        failure.minimal, failure.minimal_mismatches = minimal, mismatches
+                summary.failures.append(failure)
+                if out is not None:
+                    out(failure.report() + "\n")
+            seed += 1
+    except KeyboardInterrupt:
+        # (an interrupted run still says what it found)
+        summary.interrupted = True
     summary.seconds = time.monotonic() - began
     summary.seeds = (start, seed - 1)
     return summary
