@@ -65,8 +65,8 @@ class Seed:
         # selection matrices of slices of the seed, by (shape, slices): ``x[1:-1]``
         # written three times in a residual shares one matrix, so its terms
         # combine by row scaling instead of a merge; read-only int64 copies of
-        # the integer index arrays read from its values, by the array's id (see
-        # sparsegrad._value._rows_read)
+        # the integer index arrays read from its values, by the array's id and
+        # the length read (see sparsegrad._value._rows_read)
         self.structure = _structure.for_seed(self.size, backend.name)
 
 

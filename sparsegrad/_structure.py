@@ -84,8 +84,9 @@ class Structure:
         rows (see :func:`sparsegrad._jacobian.take_rows`).
     index_rows : dict
         ``(weak reference to an index array, its read-only int64 copy, the row
-        numbers it reads)`` by the array's ``id`` (the last two one array unless
-        the index has negative entries; see :func:`sparsegrad._value._rows_read`),
+        numbers it reads)`` by ``("index", id, length of the axis read)`` (the
+        last two one array unless the index has negative entries, which count
+        from that length; see :func:`sparsegrad._value._rows_read`),
         the largest row of those by ``("max", id(rows))`` and their runs of
         consecutive numbers by ``("runs", id(rows))`` (see
         :func:`sparsegrad._jacobian.keep_runs`), each entry holding ``rows``.

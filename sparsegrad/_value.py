@@ -328,7 +328,7 @@ class value(NDArrayOperatorsMixin):
         seed = self._jac.seed
         rows = jac._readonly(_rows_read(self.shape, key, np,
                                         None if exact else seed.structure))
-        if _known_copy(seed.structure, key) is rows:
+        if _known_copy(seed.structure, key, len(raw)) is rows:
             # (the largest row of the seed's copy of an index array, found once)
             known = seed.structure.index_rows.get(("max", id(rows)))
             if known is None or known[0] is not rows:
@@ -783,20 +783,28 @@ def _rows_read(shape, key, xp, structure=None):
     value's own indexing has checked their bounds): a copy is cheaper than
     gathering the row numbers.
     ``structure`` (a seed's :class:`~sparsegrad._structure.Structure`) keeps
-    these copies by the index array's ``id`` (its ``index_rows``): a stencil
-    reads one index array many times, in every evaluation, and the copy is
-    returned again while the array is the same live object with the same
-    contents, so that every gather cached under it recognises it by
-    identity.  (Never for another array that took a dead one's ``id``, even
-    with equal contents: whether two reads share a matrix, and so how their
-    terms are summed, must not depend on where the allocator put a
-    temporary index array.)
+    these copies by the index array's ``id`` and the length of the axis read
+    (its ``index_rows``): a stencil reads one index array many times, in
+    every evaluation, and the copy is returned again while the array is the
+    same live object with the same contents, so that every gather cached
+    under it recognises it by identity.  (Never for another array that took
+    a dead one's ``id``, even with equal contents: whether two reads share a
+    matrix, and so how their terms are summed, must not depend on where the
+    allocator put a temporary index array.)
     """
     if (type(key) is np.ndarray and len(shape) == 1 and key.ndim == 1
             and key.dtype.kind in "iu"):
         known = None if structure is None else structure.index_rows
+        # (the rows depend on the array's contents, which the kept copy is
+        # compared with, and on the length read, which a negative entry counts
+        # from: ``a[-1]`` is row 2 of a 3-vector, row 3 of a 4-vector.  The
+        # array's id alone names nothing: another array may take a dead one's,
+        # hence the weak reference; the dtype is not in it, the numbers are
+        # compared as numbers; host arrays only, in the seed's own thread,
+        # backend and size, as its structure is)
+        index = ("index", id(key), shape[0])
         if known is not None:
-            entry = _structure.recall(known, id(key))
+            entry = _structure.recall(known, index)
             # (an array can be written in place between reads: the contents decide)
             found = (entry is not None and entry[0]() is key
                      and _backend.CPU.kernels.same_index(entry[1], key))
@@ -809,7 +817,7 @@ def _rows_read(shape, key, xp, structure=None):
             rows = rows + np.where(rows < 0, shape[0], 0)
         if rows.size == 0 or rows.min() >= 0:
             if known is not None:
-                _structure.store(known, id(key), (weakref.ref(key), jac._readonly(contents),
+                _structure.store(known, index, (weakref.ref(key), jac._readonly(contents),
                                                   jac._readonly(rows)), jac.MAX_INDEX_ROWS)
                 structure.keep(contents, None if rows is contents else rows)
                 jac.keep_runs(structure, rows)
@@ -817,9 +825,10 @@ def _rows_read(shape, key, xp, structure=None):
     return row_index(shape, xp)[key]
 
 
-def _known_copy(structure, key):
-    """The copy of index array ``key`` that ``structure`` keeps, or None."""
-    entry = structure.index_rows.get(id(key))
+def _known_copy(structure, key, length):
+    """The rows of index array ``key`` into an axis of ``length`` that
+    ``structure`` keeps (see :func:`_rows_read`), or None."""
+    entry = structure.index_rows.get(("index", id(key), length))
     return None if entry is None or entry[0]() is not key else entry[2]
 
 

@@ -730,7 +730,7 @@ def test_an_index_array_read_again_shares_its_rows():
     assert a._jacobian.matrix is b._jacobian.matrix
     assert len((a + b)._jacobian.terms) == 1
     assert_array_equal((a * b).dvalue.toarray(), np.diag(4 * x0[east])[:, np.argsort(east)])
-    ref, _, rows = x._jacobian.seed.structure.index_rows[id(east)]
+    ref, _, rows = x._jacobian.seed.structure.index_rows[("index", id(east), len(x0))]
     assert ref() is east
     assert not rows.flags.writeable and rows is not east
     assert east.flags.writeable  # the caller's array is left as it was
