@@ -236,6 +236,12 @@ def _move(apply, operands, fills=False, defer=False, key=None):
     jacobians = [x._jacobian for x in forwards]
     moves = None
     if key is not None and forwards:
+        # (the row numbers depend on the function and its plain arguments, the
+        # caller's ``key`` (ints, strings, None and tuples or lists of them,
+        # never an array, which could be written in place), on whether each
+        # operand is a forward value or a constant, on its shape, and on
+        # ``fills``: all in the key.  Not on values or dtypes, and the seed's
+        # size, device and thread are the structure's)
         moves = jacobians[0].seed.structure.moves
         key = ("move", key, fills, tuple((isinstance(o, value), np.shape(v))
                                          for o, v in zip(operands, values)))
@@ -807,6 +813,12 @@ def _constant_matrix(seed, matrix, form=None):
     names = _DEFINING_ARRAYS.get(matrix.format)
     if not (structure.shared and names):
         return jac.CSR.from_scipy(_form(matrix, form))
+    # L depends on the format, the shape and the contents of the defining
+    # arrays (their dtypes with them); the form on L and the form's
+    # arguments.  The addresses, dtypes, shapes and strides in the key only
+    # find the entry; the contents are compared at every read (another
+    # matrix may live where a dead one did, and arrays can be written in
+    # place), the form is kept on L, so it goes with it
     canonical = matrix.format == "csr" and matrix.has_canonical_format
     arrays = tuple(getattr(matrix, name) for name in names)
     key = ("matrix", matrix.format, matrix.shape) + tuple(
@@ -856,6 +868,11 @@ def _constant_coefficients(seed, in_specs, out_spec, values, k, build):
     constants = [v for i, v in enumerate(values) if i != k]
     if not (structure.shared and all(type(v) is np.ndarray for v in constants)):
         return build()
+    # (the coefficients depend on the subscripts, which operand is the forward
+    # one, its shape and dtype (the coefficients of a lone operand are ones of
+    # its dtype) and the constants' contents, dtypes and shapes; the addresses
+    # and strides in the key only find the entry, the contents are compared at
+    # every product.  Never the values or pattern of the forward operand)
     key = ("einsum", tuple(in_specs), out_spec, k, values[k].shape, values[k].dtype.str) + \
         tuple((v.__array_interface__["data"][0], v.dtype.str, v.shape, v.strides)
               for v in constants)

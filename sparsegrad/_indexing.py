@@ -247,7 +247,8 @@ class Assembly:
         piece = self.pieces[k]
         structure = self.seed.structure
         # (the same key for assemblies of one layout: one entry each, whose rows
-        # are compared; equal rows shared by two of them are the same rows)
+        # are compared, all of them, at every evaluation: the key only finds
+        # the entry, the rows found are always equal to this assembly's own)
         key = ("assembly", len(rows), k, len(self.pieces), piece.n_rows)
         known = _structure.recall(structure.moves, key)
         found = known is not None and jac._same_rows(known[0], rows)

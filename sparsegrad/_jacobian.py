@@ -210,6 +210,9 @@ def _arange(n, xp=np):
     return _shared_arange(int(n), xp)
 
 
+# (depends on n and xp alone, the key; read-only on the CPU.  Kept for the
+# identity more than the time: _Rows recognises row numbers read by slicing as
+# views of this very array)
 @lru_cache(maxsize=16)
 def _shared_arange(n, xp):
     return _readonly(xp.arange(n, dtype=INDEX_DTYPE))
@@ -626,6 +629,14 @@ def _pattern_key(J, index_dtype):
     the terms' matrices, which an entry keyed by ``key`` must hold, so that
     the ids cannot be reused while it lives.
     """
+    # A merged pattern and a plan depend on the patterns of the terms, their
+    # order, each block's first row and length, the rows and columns of the
+    # result and the index dtype: all in the key.  No value enters (structural
+    # zeros are kept); nor the dtype: a plan is made and used for float64
+    # data only (checked at every merge, _merge), patterns in sparsity mode
+    # only, and the structure is per seed size, device and thread.  The ids
+    # name arrays that never change (read-only, sparsegrad's own) and that the
+    # entry holds, through the matrices in ``pieces``.
     pieces = tuple((first, block.n_rows, tuple(M for _, _, M in block.terms))
                    for first, block in J.pieces())
     key = ("pattern", J.n_rows, J.seed.size, np.dtype(index_dtype or INDEX_DTYPE).str,
@@ -913,6 +924,15 @@ def _gather(seed, M, rows, key):
     never return a stale matrix.  Sharing the result lets later sums combine
     row factors instead of merging.
     """
+    # The result depends on the source matrix and the row numbers, nothing
+    # else: no value, dtype or mode enters a selection (a matrix's own data
+    # are its own: the cache lives on it; the identity's on the seed's
+    # structure, of one seed size, device and thread).  Exact keys determine
+    # the rows: slices and ints normalised with the shape read, a short
+    # list's numbers with it, two broadcast shapes, a movement's arguments
+    # and operand shapes.  A key naming an index array by ``id`` and shape
+    # determines nothing alone: it is trusted only for the very rows stored
+    # with it (the entry holds them, so their id is not reused meanwhile).
     cache = None
     if key is not None:
         cache = seed.structure.selections if M is None else M.gathers
@@ -970,6 +990,9 @@ def keep_runs(structure, rows):
     of an index array, just kept in ``structure.index_rows``) and keep them
     beside it, when there are few enough to gather by (``kernels.index_runs``:
     an index array made by ``np.roll`` of a grid's numbers)."""
+    # (the runs depend on the numbers of ``rows`` alone, which never change:
+    # the entry holds ``rows``, whose id is its key, and is read only for that
+    # very array; the length read is in the rows, see _value._rows_read)
     runs = _backend.CPU.kernels.index_runs(rows)
     if runs is not None:
         _structure.store(structure.index_rows, ("runs", id(rows)), (rows, _readonly(runs)),
@@ -1093,6 +1116,10 @@ def _kept_product(seed, A, M, indptr, indices):
     structure = seed.structure
     if not structure.shared:
         return indptr, indices
+    # (a product's pattern depends on the patterns of A and M alone, and their
+    # shapes: no cancellation is pruned; the ids name read-only arrays that
+    # the entry holds once it keeps a pattern; a note holds nothing, and what
+    # is kept at the second lookup is always this product's own pattern)
     held = _pattern_arrays(A) + _pattern_arrays(M)
     key = ("product", A.shape, M.shape) + tuple(map(id, held))
     entry = _structure.recall_or_note(structure.products, key, _MAX_PRODUCTS)

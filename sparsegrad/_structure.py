@@ -270,6 +270,12 @@ def for_seed(size, device="cpu"):
     """
     if _state["limit"] == 0:
         return Structure(shared=False)
+    # (what a structure's entries depend on beyond their own keys: the seed's
+    # size (the columns of every selection), its device (where the arrays
+    # live) and the thread (see the module's notes).  Seeds of one size share
+    # it whatever their dtype, shape or mode: selections hold no values, and
+    # the entries that hold values or depend on the mode say so in their keys
+    # or are made and read in one mode only)
     thread = threading.get_ident()
     key = (thread, size, device)
     with _lock:

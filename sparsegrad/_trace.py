@@ -437,6 +437,11 @@ class Recorder:
         if type(traced) is str:
             return self._fallback(traced)
         tape, result = traced
+        # (a program depends on the tape's structure, the key: operations,
+        # operands, lengths (those a negative index counts from among them),
+        # slices, exponents, shifts; on the contents of the index arrays and
+        # on its guards on the scalars, both checked at every call; not on
+        # the values, the scalars or the constants, read at every call)
         key = tape.structure(result.node)
         with self._lock:
             variants = self._programs.get(key, ())

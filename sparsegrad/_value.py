@@ -329,7 +329,9 @@ class value(NDArrayOperatorsMixin):
         rows = jac._readonly(_rows_read(self.shape, key, np,
                                         None if exact else seed.structure))
         if _known_copy(seed.structure, key, len(raw)) is rows:
-            # (the largest row of the seed's copy of an index array, found once)
+            # (the largest row of the seed's copy of an index array, found once:
+            # it depends on the copy's numbers alone, which never change; the
+            # entry holds the copy, its key's id, and is read for it only)
             known = seed.structure.index_rows.get(("max", id(rows)))
             if known is None or known[0] is not rows:
                 known = (rows, rows.max(initial=-1))

@@ -117,6 +117,9 @@ class _Factors:
     def __init__(self, matrix, options):
         self.matrix = matrix.tocsc()
         self.options = options
+        # (a factorisation depends on the matrix, a CSC copy that nobody else
+        # holds (both callers pass CSR matrices of their own), the options,
+        # fixed here, and the working dtype, the key)
         self.cache = {}
 
     def get(self, dtype):

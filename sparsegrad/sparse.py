@@ -82,6 +82,7 @@ class _Pattern:
         self.indices = _readonly(np.asarray(indices, _INDEX))
         self.rows = _readonly(np.repeat(np.arange(self.shape[0], dtype=_INDEX),
                                         np.diff(self.indptr)))
+        # (the transpose depends on the pattern alone, which never changes)
         self._transpose = None
 
     @property
