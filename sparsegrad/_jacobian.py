@@ -88,8 +88,7 @@ class CSR:
     reads them (:meth:`selection`).
     """
 
-    __slots__ = ("shape", "_indptr", "_indices", "data", "_finite", "gathers", "columns",
-                 "first", "pattern_id")
+    __slots__ = ("shape", "_indptr", "_indices", "data", "gathers", "columns", "first")
 
     def __init__(self, shape, indptr, indices, data, columns=None, first=None):
         self.shape = (int(shape[0]), int(shape[1]))
@@ -99,9 +98,7 @@ class CSR:
         self.columns = None if columns is None else _readonly(columns)
         # columns == first + arange(rows) (a run: slices of a seed), or None
         self.first = first
-        self._finite = None
-        self.gathers = {}  # row gathers of this matrix, shared (see take_rows)
-        self.pattern_id = None  # (see _pattern_id)
+        self.gathers = {}  # row gathers of this matrix, shared (see _gather)
 
     @classmethod
     def selection(cls, n_cols, columns, first=None):
@@ -167,10 +164,9 @@ class CSR:
 
     @property
     def finite(self):
-        """True when no stored value is inf or nan (cached)."""
-        if self._finite is None:
-            self._finite = self.data is None or bool(np.isfinite(self.data).all())
-        return self._finite
+        """True when no stored value is inf or nan."""
+        # (not kept: a matrix is masked about once, and data None is the common case)
+        return self.data is None or bool(np.isfinite(self.data).all())
 
     @classmethod
     def from_scipy(cls, matrix):
@@ -647,12 +643,12 @@ def _pattern_key(J, index_dtype):
 
 def _pattern_id(M):
     """The ids of the arrays that make the pattern of ``M`` (``()``: the identity),
-    kept on ``M`` (which never changes) for the keys of later merges."""
+    for the keys of merges (``M`` holds them and never changes).  Not kept on
+    ``M``: a few ids per term and merge, a memo of them gained nothing
+    measurable."""
     if M is None:
         return ()
-    if M.pattern_id is None:
-        M.pattern_id = tuple(map(id, _pattern_arrays(M)))
-    return M.pattern_id
+    return tuple(map(id, _pattern_arrays(M)))
 
 
 def _pattern_arrays(M):

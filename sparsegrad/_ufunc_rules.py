@@ -281,18 +281,10 @@ def rule_name(ufunc):
     return "scipy.special." + name
 
 
-_CATEGORIES = {}
-
-
 def classify(ufunc):
     """The category name of ``ufunc`` (``'unclassified'`` if it is in none)."""
-    category = _CATEGORIES.get(ufunc)
-    if category is None:
-        category = _CATEGORIES[ufunc] = _category(ufunc)
-    return category
-
-
-def _category(ufunc):
+    # (looked up in the tables at every call, a few dict lookups on the
+    # general path only: a memo of the answers gained nothing measurable)
     for name, table in (("differentiable", DERIVATIVES), ("selection", SELECTIONS),
                         ("selection", SECOND_WHERE),
                         ("piecewise_constant", PIECEWISE_CONSTANT),
