@@ -15,10 +15,11 @@ would be rounded differently than with the cache off.)
 
 Never stale, by construction.  Every entry is found under a key that
 determines it exactly (a shape with normalised slices, the arguments of a data
-movement), or under an index array's ``id`` and then only after its stored
-copy was compared with the array as it is now (an ``id`` outlives its array,
-and an array can be written in place): a changed branch, index array or shape
-misses and computes afresh.  The entries are immutable (read-only arrays, the
+movement), or under an index array's ``id`` and the length it reads (which
+its negative entries count from), and then only after its stored copy was
+compared with the array as it is now (an ``id`` outlives its array, and an
+array can be written in place): a changed branch, index array or shape misses
+and computes afresh.  docs/architecture.md lists every cache with its key.  The entries are immutable (read-only arrays, the
 immutable :class:`sparsegrad._jacobian.CSR`).
 
 Bounded and clearable.  The limit is :func:`structure_cache_limit` (128 MiB
