@@ -49,9 +49,13 @@ FEATURES = {
                              "the last write wins, += adds once)",
     "complex_intermediate": "a real seed through complex values, back by abs, real, "
                             "imag or sign",
-    "function_view_write": "a write into a view np.einsum or np.diag made "
-                           "(np.einsum('ii->i', A), np.einsum('ij->ji', A), np.diag(A)), or "
-                           "into its base while the view lives",
+    "einsum_view_write": "a write into a view np.einsum made (np.einsum('ii->i', A), "
+                         "np.einsum('ij->ji', A)), or into its base while the view lives",
+    "diag_view_write": "a write into the base of the view np.diag(A) made of a 2-d A "
+                       "while the view lives",
+    "complex_0d_arithmetic": "complex 0-d values in arithmetic: numpy computes numpy "
+                             "scalars by its scalar math and 0-d arrays by its loops, "
+                             "which round complex products otherwise",
     "empty_cumulative": "np.cumsum or np.cumprod of an empty array",
     "scalar_view_write": "a write into an array made from a numpy scalar by reshape, "
                          "ravel or None (s = x[0]; a = s.reshape(1); a[0] = ...): numpy's "
@@ -60,6 +64,8 @@ FEATURES = {
                        "reciprocal) rounds otherwise than np.power (complex, longdouble)",
     "where_broadcast_branch": "recorded programs: np.where with a length-1 branch",
     "power_zero": "recorded programs: u ** 0",
+    "where_same_branches": "recorded programs: np.where(m, v, v), one value in both "
+                           "branches",
     "value_branch": "recorded programs: a Python branch on a value (the eager way)",
 }
 
@@ -67,10 +73,10 @@ FEATURES = {
 #: Remove a name when its fix lands; ``python -m tests.fuzz --all`` draws them all.
 KNOWN_OPEN = frozenset({
     "negative_index_reuse",
-    "function_view_write",
-    "scalar_view_write",
+    "diag_view_write",
     "empty_cumulative",
-    "power_fast_path",
+    "complex_0d_arithmetic",
+    "where_same_branches",
 })
 
 #: the names a program's source uses
@@ -284,7 +290,7 @@ class _Builder:
         self.kinds = {"x": "value"}
         self.changed = set()       # variables a write through another one changed
         self.scalar_views = set()  # arrays numpy made anew from a scalar, by a view's rule
-        self.function_made = set()  # made by np.einsum, np.diag: numpy's may be views
+        self.made_by = {}          # variables np.einsum or np.diag made: numpy's may be views
         self.index_lengths = {}    # index array -> the axis lengths it was applied to
         self._pending = []
         self._count = 0
@@ -424,10 +430,14 @@ class _Builder:
         used = [n for n in self.kinds if re.search(r"\b%s\b" % n, line)]
         if any(n in self.changed for n in used):
             tags.add("stale_view_read")
+        if any(np.ndim(self.probe(n)) == 0 and np.asarray(self.probe(n)).dtype.kind == "c"
+               for n in used):
+            tags.add("complex_0d_arithmetic")
         if writes is not None:
             group = {writes} | set(self.aliases(writes))
-            if group & self.function_made:
-                tags.add("function_view_write")
+            for other in group:
+                if other in self.made_by:
+                    tags.add(self.made_by[other] + "_view_write")
             if group & self.scalar_views or (
                     isinstance(self.probe(writes), np.generic) and self.scalar_views):
                 # (an in-place operation on a numpy scalar makes a new one;
@@ -473,8 +483,9 @@ class _Builder:
         value = self.probe(name)
         if not isinstance(value, np.ndarray):
             return
-        if "np.einsum(" in line or "np.diag(" in line:
-            self.function_made.add(name)
+        for function in ("einsum", "diag"):
+            if "np.%s(" % function in line:
+                self.made_by[name] = function
         if any(n in self.scalar_views and np.shares_memory(self.probe(n), value)
                for n in used):
             self.scalar_views.add(name)
@@ -1397,6 +1408,8 @@ class _Recorded(_Builder):
                         for k in range(len(self.envs)))
         first, tags_first = self.branch_value(lengths)
         second, tags_second = self.branch_value(lengths)
+        if first == second and first in self.kinds:
+            tags_second = tags_second | {"where_same_branches"}
         name = self.name()
         return self.run("%s = np.where(%s, %s, %s)" % (name, condition, first, second),
                         tags_first | tags_second, name=name)
