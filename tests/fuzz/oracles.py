@@ -16,7 +16,6 @@ complex step, recorded against eager).
 """
 import collections
 import traceback
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,6 +23,8 @@ import scipy.sparse as sp
 import sparsegrad
 from sparsegrad import forward
 from sparsegrad.testing import assert_jacobian_equal, numerical_jacobian
+
+from .programs import quiet
 
 #: oracle names, in the order they are checked
 ORACLES = ("exception", "value", "jacobian", "pattern", "pattern_values", "jvp", "trace",
@@ -63,20 +64,6 @@ class Outcome:
     @property
     def ok(self):
         return not self.mismatches
-
-
-class _Quiet:
-    """numpy's floating-point warnings off: values are compared, not warnings."""
-
-    def __enter__(self):
-        self._err = np.seterr(all="ignore")
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.simplefilter("ignore")
-
-    def __exit__(self, *exc):
-        self._warnings.__exit__(*exc)
-        np.seterr(**self._err)
 
 
 def _short(array):
@@ -130,7 +117,7 @@ def _same_matrix(a, b):
 
 
 def _first_difference(dense, reference, rtol, atol):
-    with _Quiet():
+    with quiet():
         bad = ~(np.abs(dense - reference) <= atol + rtol * np.abs(reference))
     if not bad.any():
         return ""
@@ -158,7 +145,7 @@ def _one_sided(f, x, step, sign):
 def _kink_explains(f, x, dense, rtol):
     """Whether every entry agrees with the left or the right derivative (a
     kink within the central differences' step)."""
-    with _Quiet():
+    with quiet():
         right = _one_sided(f, x, 1e-8, 1.0)
         left = _one_sided(f, x, 1e-8, -1.0)
     scale = max(1.0, float(np.max(np.abs(np.concatenate([right, left])), initial=0.0)))
@@ -175,7 +162,7 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
         return
     cs_rtol, fd_rtol = TOLERANCES[program.dtype]
     value = np.asarray(y.value)
-    with _Quiet():
+    with quiet():
         try:
             central = numerical_jacobian(f, x, method="central")
         except ValueError:
@@ -183,7 +170,7 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
     references = []
     if (cs_rtol is not None and value.dtype.kind != "c"
             and not program.tags & NOT_ANALYTIC):
-        with _Quiet():
+        with quiet():
             try:
                 step = numerical_jacobian(f, x, method="complex")
             except (TypeError, ValueError):
@@ -199,7 +186,7 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
         # (later points of recorded programs may meet a derivative's own
         # singularity, sqrt at 0: the chain rule's inf * 0 is nan where the
         # differences see a constant)
-        with _Quiet():
+        with quiet():
             dense = y.dvalue.toarray()
         if not np.all(np.isfinite(dense)):
             outcome.counts["jacobian skipped (not finite)"] += 1
@@ -231,7 +218,7 @@ def _jacobian_difference(y, reference, rtol):
     """Why ``y``'s Jacobian is not ``reference`` to ``rtol``, or None."""
     scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
     try:
-        with _Quiet():
+        with quiet():
             assert_jacobian_equal(y, reference, rtol=rtol, atol=rtol * scale)
     except AssertionError as exc:
         text = str(exc).strip()
@@ -258,7 +245,7 @@ def _second_look(program, f, x, y, reference, rtol, name):
     """
     dense = y.dvalue.toarray()
     scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
-    with _Quiet():
+    with quiet():
         if name == "the complex step":
             if x.dtype != np.float64:
                 return None
@@ -291,7 +278,7 @@ def _elsewhere(x):
 
 
 def _check_pattern(f, x, y, expected, outcome):
-    with _Quiet():
+    with quiet():
         s = f(forward.seed_sparsity(x.copy()))
         why = _value_difference(s.value, expected)
     if why:
@@ -316,7 +303,7 @@ def _check_pattern(f, x, y, expected, outcome):
 def _check_pattern_elsewhere(f, x, y, outcome):
     """The pattern does not depend on the values."""
     point = _elsewhere(x)
-    with _Quiet():
+    with quiet():
         try:
             f(point.copy())
         except Exception:
@@ -335,14 +322,14 @@ def _check_jvp(program, f, x, y, expected, outcome):
     if x.dtype.kind == "c":
         v = v + 1j * rng.standard_normal(x.shape)
     v = v.astype(x.dtype)
-    with _Quiet():
+    with quiet():
         value, derivative = sparsegrad.jvp(f, x.copy(), v)
     why = _value_difference(value, expected)
     if why:
         outcome.fail("jvp", "value " + why)
         return
     J = sp.csr_matrix(y.dvalue)
-    with _Quiet():
+    with quiet():
         product = np.asarray(J @ v.ravel()).reshape(np.shape(expected))
         bound = np.asarray(abs(J) @ np.abs(v.ravel())).reshape(np.shape(expected))
     derivative = np.asarray(derivative)
@@ -354,7 +341,7 @@ def _check_jvp(program, f, x, y, expected, outcome):
     # even when the result is promoted; and both sides round the terms of an
     # entry before they cancel, hence a share of the largest product too)
     eps = max(np.finfo(J.dtype).eps, np.finfo(x.dtype).eps)
-    with _Quiet():
+    with quiet():
         tol = 64 * eps * (bound + max(1.0, float(np.max(bound, initial=0.0))))
         close = (np.abs(derivative - product) <= tol) | (
             np.isnan(derivative) & np.isnan(product)) | (derivative == product)
@@ -372,7 +359,7 @@ def _engines_agree(f, eager, recorded, x, outcome, call=None, first="eager"):
     for name in ((first, "recorded") if first == "eager" else ("recorded", "eager")):
         engine = eager if name == "eager" else recorded
         try:
-            with _Quiet():
+            with quiet():
                 results[name] = engine(x.copy())
         except Exception as exc:
             results[name] = exc
@@ -396,10 +383,10 @@ def _engines_agree(f, eager, recorded, x, outcome, call=None, first="eager"):
 def _general(program, outcome):
     f = program.function()
     x = program.points[0]
-    with _Quiet():
+    with quiet():
         expected = f(x.copy())
     try:
-        with _Quiet():
+        with quiet():
             y = f(forward.seed(x.copy()))
     except Exception as exc:
         outcome.fail("exception", "%s: %s" % (type(exc).__name__, str(exc)[:300]))
@@ -442,7 +429,7 @@ def _recorded(program, outcome):
     recorded = sparsegrad.value_and_jacobian(f, trace=True)
     first = "recorded" if program.seed % 2 else "eager"
     for k, x in enumerate(program.points):
-        with _Quiet():
+        with quiet():
             expected = f(x.copy())
         results = _engines_agree(f, eager, recorded, x, outcome, k, first)
         e = results["eager"]
@@ -479,7 +466,7 @@ def _unsupported(program, outcome):
              "trace": lambda: sparsegrad.value_and_jacobian(f, trace=True)(x.copy())}
     for mode, run in modes.items():
         try:
-            with _Quiet():
+            with quiet():
                 run()
         except TypeError:
             outcome.counts["refused"] += 1
