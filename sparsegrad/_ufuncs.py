@@ -201,10 +201,14 @@ def power_by(shortcut, x, exponent):
     if type(raw) is Deferred:  # (sparsity mode: computed when read, the pattern x's)
         x._owns = False
         return make(Deferred(shortcut, (raw,), raw.shape, raw.dtype), x._jacobian)
-    out = shortcut(x._value)
-    partials = rules.DERIVATIVES[np.power]
-    return _differentiate(np.power, [(0, x)],
-                          _at_precision([x._value, exponent], out.dtype, partials), out, [])
+    array = x._value
+    out = shortcut(array)
+    if array.dtype is _FLOAT64 and type(array) is np.ndarray:
+        # (the common case, as :func:`_common_operands` passes it)
+        values = [array, np.int64(exponent) if type(exponent) is int else np.float64(exponent)]
+    else:
+        values = _at_precision([array, exponent], out.dtype, rules.DERIVATIVES[np.power])
+    return _differentiate(np.power, [(0, x)], values, out, [])
 
 
 def _differentiate(ufunc, forwards, values, out, constants):

@@ -611,6 +611,14 @@ class _View:
     def _jac(self, jacobian):
         _JAC.__set__(self, jacobian)
 
+    # (a view's Jacobian is never an assembly: writes go to its root)
+    _jacobian = _jac
+
+    @property
+    def _value(self):
+        self._root._owns = False  # (its array is a view of the root's, held outside)
+        return self._array
+
     @property
     def _owns(self):
         return False  # (the root's memory)
