@@ -56,6 +56,8 @@ FEATURES = {
     "complex_0d_arithmetic": "complex 0-d values in arithmetic: numpy computes numpy "
                              "scalars by its scalar math and 0-d arrays by its loops, "
                              "which round complex products otherwise",
+    "complex_inplace_element": "R[k] *= c (+=, -=) writing one complex element, which "
+                               "numpy rounds otherwise than R[k] * c",
     "empty_cumulative": "np.cumsum or np.cumprod of an empty array",
     "scalar_view_write": "a write into an array made from a numpy scalar by reshape, "
                          "ravel or None (s = x[0]; a = s.reshape(1); a[0] = ...): numpy's "
@@ -76,6 +78,7 @@ KNOWN_OPEN = frozenset({
     "diag_view_write",
     "empty_cumulative",
     "complex_0d_arithmetic",
+    "complex_inplace_element",
     "where_same_branches",
 })
 
@@ -1142,6 +1145,9 @@ class _General(_Builder):
         source = self.scalar() if op == "*=" else self.source_for(region_shape)
         if self.overlaps(source, base):
             return False
+        if op != "=" and int(np.prod(region_shape)) == 1 and \
+                np.asarray(self.probe(base)).dtype.kind == "c":
+            tags = tags | {"complex_inplace_element"}
         return self.run("%s[%s] %s %s" % (base, key, op, source), tags | key_tags,
                         writes=base)
 
@@ -1181,6 +1187,9 @@ class _General(_Builder):
         source = self.source_for(region_shape)
         if self.overlaps(source, base):
             return False
+        if op != "=" and int(np.prod(region_shape)) == 1 and \
+                np.asarray(self.probe(base)).dtype.kind == "c":
+            tags = tags | {"complex_inplace_element"}
         return self.run("%s[%s] %s %s" % (view, key, op, source), tags, writes=base)
 
     def complex_intermediate(self):
