@@ -451,7 +451,10 @@ for _function in (np.transpose, np.moveaxis, np.swapaxes,
 @implements(np.diag)
 def _diag(v, k=0):
     # off-diagonal zeros of a 2-d result become row number 0, i.e. zero rows
-    return _move(lambda arrays, rows: np.diag(arrays[0], k), [v])
+    result = _move(lambda arrays, rows: np.diag(arrays[0], k), [v])
+    # (of a 2-d array numpy gives its read-only diagonal, a view)
+    return _viewed(result, v, lambda array: np.diag(array, k)) if isinstance(v, value) \
+        else result
 
 
 @implements(np.take)

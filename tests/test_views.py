@@ -190,6 +190,13 @@ def _view_sees_later_writes(u):
     return np.concatenate([grid.ravel(), tail, column])
 
 
+def _diagonal_sees_later_writes(u):
+    R = u * 1.0
+    d = np.diag(R.reshape(2, 3))
+    R[4] = u[0] ** 2
+    return d * 1.0
+
+
 def _view_sees_writes_through_another_view(u):
     R = u * 1.0
     a = R[1:4]
@@ -206,7 +213,7 @@ def _stale_view_after_a_copy_on_write(u):
     return np.concatenate([keep, v])
 
 
-@pytest.mark.parametrize("F", [_view_sees_later_writes,
+@pytest.mark.parametrize("F", [_view_sees_later_writes, _diagonal_sees_later_writes,
                                _view_sees_writes_through_another_view,
                                _stale_view_after_a_copy_on_write])
 def test_writes_into_the_base_reach_views(F):
@@ -257,6 +264,7 @@ def test_astype_without_copy_is_the_value_itself():
 
 @pytest.mark.parametrize("make", [lambda R: np.broadcast_to(R, (2, 6)),
                                   lambda R: np.diagonal(R.reshape(2, 3)),
+                                  lambda R: np.diag(R.reshape(2, 3), 1),
                                   lambda R: R.imag])
 def test_read_only_views_refuse_writes_as_numpy(make):
     with pytest.raises(ValueError, match="read-only"):

@@ -74,8 +74,6 @@ FEATURES = {
 #: constructs of bug classes not fixed yet: the generator leaves them out.
 #: Remove a name when its fix lands; ``python -m tests.fuzz --all`` draws them all.
 KNOWN_OPEN = frozenset({
-    "negative_index_reuse",
-    "diag_view_write",
     "empty_cumulative",
     "complex_0d_arithmetic",
     "complex_inplace_element",
