@@ -1484,10 +1484,12 @@ def _recorded(seed, rng, exclude):
     # first length again: masks, branches and lengths change between calls)
     others = [n + int(k) for k in rng.choice([-2, -1, 1, 2, 3, 5], int(rng.integers(1, 3)),
                                              replace=False)]
-    # (three decimals, the last one 1: no value is a multiple of 1/4, as the
-    # thresholds are, so no comparison is a tie the complex step would break)
-    points = [np.round(rng.uniform(-1.5, 1.5, length), 2) + 0.001
-              for length in [n, n] + others + [n]]
+    # (three decimals, the last one 1, distinct magnitudes: no value is a
+    # multiple of 1/4, as the thresholds are, nor equal to another, so no
+    # comparison is a tie the complex step would break by its imaginary part)
+    magnitudes = np.arange(150) / 100 + 0.001
+    points = [magnitudes[rng.choice(150, length, replace=False)]
+              * rng.choice([-1.0, 1.0], length) for length in [n, n] + others + [n]]
     builder = _Recorded(rng, np.float64, points, exclude, "recorded")
     steps = [name for name, _ in _RECORDED_STEPS]
     weights = np.array([w for _, w in _RECORDED_STEPS], dtype=float)
