@@ -278,12 +278,11 @@ def _broadcasts_into(small, shape):
 class _Builder:
     """Draws statements, keeping those numpy runs cleanly at every point."""
 
-    def __init__(self, rng, dtype, points, exclude, family):
+    def __init__(self, rng, dtype, points, exclude):
         self.rng = rng
         self.dtype = np.dtype(dtype)
         self.points = points
         self.exclude = exclude
-        self.family = family
         self.constants = {}
         self.objects = {}
         self.body = []
@@ -672,8 +671,8 @@ def _factor(rng, size, ndim):
 class _General(_Builder):
     """Statements of the ``general`` family."""
 
-    def start(self):
-        shape = self.input_shape
+    def start(self, shape):
+        """``x`` as an array of ``shape``."""
         if shape == (self.points[0].size,) and self.rng.random() < 0.4:
             return "x"
         name = self.name()
@@ -681,10 +680,6 @@ class _General(_Builder):
             "np.reshape(x, %s)" % (shape,)
         self.run("%s = %s" % (name, text), name=name)
         return name
-
-    def complex_ok(self, name):
-        """Non-holomorphic operations of ``name``: only for real seeds."""
-        return self.dtype.kind != "c"
 
     def unary(self):
         a = self.pick()
@@ -697,7 +692,8 @@ class _General(_Builder):
             options += ["abs", "maximum", "minimum", "clip", "floor", "sign"]
             if value.dtype in (np.float32, np.float64):
                 options += ["special"] * 3
-        elif self.complex_ok(a):
+        elif self.dtype.kind != "c":
+            # (not complex-differentiable: of complex values of a real seed only)
             options += ["abs", "sign"]
             tags.add("complex_intermediate")
         op = self.choice(options)
@@ -1194,7 +1190,6 @@ class _General(_Builder):
         a = self.pick(predicate=lambda n: np.asarray(self.probe(n)).dtype.kind != "c")
         if a is None:
             return False
-        value = np.asarray(self.probe(a))
         op = self.choice(["into", "into", "abs", "real", "imag", "sign"])
         complex_names = self.readable(predicate=lambda n: np.asarray(self.probe(n)).dtype.kind
                                       == "c")
@@ -1211,7 +1206,6 @@ class _General(_Builder):
                                         float(self.rng.integers(1, 5)) / 4)
             text = self.choice(["%s * %s" % (a, coefficient), "%s + %s" % (a, coefficient),
                                 "%s + 1j * np.sin(%s)" % (a, a)])
-            del value
         name = self.name()
         return self.run("%s = %s" % (name, text), {"complex_intermediate"}, name=name)
 
@@ -1259,9 +1253,8 @@ def _general(seed, rng, exclude):
     shape = tuple(int(rng.integers(1, 5 if ndim > 1 else 13)) for _ in range(ndim))
     size = int(np.prod(shape))
     point = _point(rng, size, dtype)
-    builder = _General(rng, dtype, [point], exclude, "general")
-    builder.input_shape = shape
-    builder.start()
+    builder = _General(rng, dtype, [point], exclude)
+    builder.start(shape)
     steps = [name for name, _ in _GENERAL_STEPS]
     weights = np.array([w for _, w in _GENERAL_STEPS], dtype=float)
     if dtype.kind == "c" or not builder.enabled("complex_intermediate"):
@@ -1490,7 +1483,7 @@ def _recorded(seed, rng, exclude):
     magnitudes = np.arange(150) / 100 + 0.001
     points = [magnitudes[rng.choice(150, length, replace=False)]
               * rng.choice([-1.0, 1.0], length) for length in [n, n] + others + [n]]
-    builder = _Recorded(rng, np.float64, points, exclude, "recorded")
+    builder = _Recorded(rng, np.float64, points, exclude)
     steps = [name for name, _ in _RECORDED_STEPS]
     weights = np.array([w for _, w in _RECORDED_STEPS], dtype=float)
     weights /= weights.sum()
@@ -1524,9 +1517,8 @@ def _unsupported(seed, rng, exclude):
     dtype = DTYPES[0] if rng.random() < 0.7 else DTYPES[3]
     size = int(rng.integers(2, 9))
     point = _point(rng, size, dtype)
-    builder = _General(rng, dtype, [point], exclude, "unsupported")
-    builder.input_shape = (size,)
-    builder.start()
+    builder = _General(rng, dtype, [point], exclude)
+    builder.start((size,))
     _draw(builder, ["unary", "binary", "basic_read"], np.ones(3) / 3,
           int(rng.integers(0, 3)))
     a = builder.pick(predicate=lambda n: np.ndim(builder.probe(n)) == 1
