@@ -1270,6 +1270,16 @@ def _structural_linear(specs, out_spec, operands, mask):
     """
     coefficient, x = operands
     values = [coefficient, x._value]
+    if coefficient.size == 0 or x.size == 0:
+        # (numpy's einsum of an empty operand with a zero stride can write out of
+        # bounds: the empty result is made here instead)
+        sizes = {}
+        for spec, shape in zip(specs, (coefficient.shape, x.shape)):
+            for letter, n in zip(spec, shape):
+                sizes[letter] = 0 if 0 in (n, sizes.get(letter)) else max(n, sizes.get(letter, 1))
+        result = x._jacobian.seed.backend.xp.zeros(
+            tuple(sizes[letter] for letter in out_spec), np.result_type(*values))
+        return make(result, jac.zero(x._jacobian.seed, result.size))
     rows, cols, data, n_out = _einsum_jacobian(specs, out_spec, values, 1, x._jacobian)
     structure = np.broadcast_to(mask, coefficient.shape).astype(coefficient.dtype)
     keep = _einsum_jacobian(specs, out_spec, [structure, x._value], 1, x._jacobian)[2] != 0

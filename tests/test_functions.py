@@ -1054,3 +1054,15 @@ def test_a_dense_broadcast_that_memory_cannot_hold_names_itself(monkeypatch):
     with pytest.raises(sparsegrad.DensificationError, match="2500 entries.*jvp") as info:
         u - total
     assert isinstance(info.value.__cause__, MemoryError)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.longdouble])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_cumulative_products_of_empty_strided_values(dtype, axis):
+    # (numpy's einsum of an empty operand with a zero stride can write out of bounds)
+    x0 = np.linspace(-1.3, 1.4, 27).astype(dtype)
+    for _ in range(20):
+        y = np.cumprod(forward.seed(x0).reshape(3, 3, 3).T[0:0], axis=axis)
+    expected = np.cumprod(x0.reshape(3, 3, 3).T[0:0], axis=axis)
+    assert y.value.shape == expected.shape and y.value.dtype == expected.dtype
+    assert y.dvalue.shape == (0, 27)

@@ -74,7 +74,6 @@ FEATURES = {
 #: constructs of bug classes not fixed yet: the generator leaves them out.
 #: Remove a name when its fix lands; ``python -m tests.fuzz --all`` draws them all.
 KNOWN_OPEN = frozenset({
-    "empty_cumulative",
     "complex_0d_arithmetic",
     "complex_inplace_element",
     "where_same_branches",
