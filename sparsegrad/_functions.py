@@ -1327,7 +1327,11 @@ def _where(condition, *branches):
         return np.where(nvalue(condition))
     if len(branches) != 2:
         raise TypeError("where() takes 1 or 3 arguments")
-    return select(condition, *branches)
+    result = select(condition, *branches)
+    if type(result) is value:
+        # (numpy's where gives a 0-d array, not a scalar: viewed and written in place)
+        return zero_d_array(result._raw, result._jac)
+    return result
 
 
 def select(condition, a, b):

@@ -165,7 +165,10 @@ def _zero_d_arrays(u):
     s = np.sum(u)                         # a scalar: a reshape of it is a new array
     t = np.reshape(s, (1, 1))
     t[0, 0] = u[2]
-    return np.stack([R, s, t[0, 0]])
+    w = np.where(s > 0.0, s, u[0])       # a 0-d array, as numpy's where gives
+    e = np.expand_dims(w, 0)
+    w *= -1.5
+    return np.stack([R, s, t[0, 0], w, e[0]])
 
 
 @pytest.mark.parametrize("F", [_reshape_view, _interior_of_a_grid, _ravel_view,
