@@ -7,5 +7,5 @@
     the asv suites (``asv run --python=same`` from the repository root).
 ``ratios``
     ``python -m asv_benchmarks.ratios``: value+Jacobian / residual ratios and the
-    other targets of issue 3, without asv.
+    other speed targets, without asv.
 """

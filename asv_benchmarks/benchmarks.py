@@ -1,4 +1,4 @@
-"""asv benchmarks: every problem of ``problems`` at the sizes of issue 3.
+"""asv benchmarks: every problem of ``problems`` at the sizes of the speed targets.
 
 One class per problem, parametrised over the size; the methods are written once,
 in ``_Suite``, and time exactly what their names say:
@@ -6,7 +6,7 @@ in ``_Suite``, and time exactly what their names say:
 ``time_residual``            the plain numpy residual ``F(x)``
 ``time_value_and_jacobian``  ``F(forward.seed(x)).dvalue``
 ``time_value_and_jacobian_traced``  ``value_and_jacobian(F, trace=True)(x)`` after
-                             its first call (the recorded evaluation of issue 4;
+                             its first call (the recorded evaluation;
                              a problem it does not take goes the eager way)
 ``time_sparsity``            ``F(forward.seed_sparsity(x)).dvalue``
 ``peakmem_value_and_jacobian``  peak resident memory of a Jacobian evaluation
@@ -22,7 +22,7 @@ interleaved repeats, median):
 
 ``track_jacobian_ratio``     value+Jacobian time / residual time
 ``track_traced_ratio_on_pool``  the recorded evaluation's time / the residual's,
-                             both on the memory pool (issue 4's repeated target)
+                             both on the memory pool (the repeated-evaluation target)
 ``track_sparsity_ratio``     seed_sparsity time / seed time
 ``track_memory_ratio``       peak traced extra memory / bytes of the Jacobian
 
@@ -97,7 +97,7 @@ class _Ratios:
 
     def track_jacobian_ratio_on_pool(self, n):
         # (the residual timed on sparsegrad's memory pool too: no page faults on
-        # either side, the measure of issue 4's repeated-evaluation target)
+        # either side, the measure of the repeated-evaluation target)
         return measure_times(self.residual, self.x0, repeats=self.ratio_repeats,
                              min_time=self.ratio_min_time, sparsity=False,
                              fault_free=True)["ratio_pool"]

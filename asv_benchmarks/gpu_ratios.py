@@ -26,7 +26,7 @@ import numpy as np
 from . import problems as _problems
 from . import ratios
 
-#: the cases timed by default: the sizes of issue 3 and one larger Bratu
+#: the cases timed by default: the sizes of the speed targets and one larger Bratu
 CASES = (("sw", 100), ("sw", 200), ("sw", 400), ("pb", 10 ** 5), ("pb", 10 ** 6),
          ("bratu", 300), ("bratu", 1000), ("bratu", 2000), ("dd", 10 ** 5))
 

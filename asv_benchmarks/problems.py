@@ -38,7 +38,7 @@ class Problem:
     """A benchmark problem: a name, the sizes benchmarked and ``setup(n)``.
 
     Subclasses set ``key`` (short name used on command lines), ``name``,
-    ``sizes`` (the sizes of issue 3) and ``size_label`` (what ``n`` counts), and
+    ``sizes`` (the sizes of the speed targets) and ``size_label`` (what ``n`` counts), and
     implement ``setup(n, xp=numpy) -> (residual, x0)`` (``x0``, index arrays and
     constants made by ``xp.asarray``) and ``unknowns(n)``.
     """

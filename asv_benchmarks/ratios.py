@@ -1,4 +1,4 @@
-"""Value+Jacobian / residual ratios and the other targets of issue 3 (and issue 4's
+"""Value+Jacobian / residual ratios and the other speed targets (and the
 repeated-evaluation target), without asv.
 
 Run from the repository root::
@@ -33,7 +33,7 @@ nonzeros (target: 4x within a factor 1.3, i.e. 3.08 to 5.2; the time ratio
 measured side by side, samples of the two sizes alternating, as the other
 ratios are, so that a slow spell of the machine does not fall on one size
 only), the figures of
-the peers from issue 3 beside ours, and issue 4's target for a repeated
+the peers beside ours, and the repeated-evaluation target for a repeated
 evaluation (shallow water 200x200 <= 4x; the Jacobian samples above all follow a
 first evaluation, so their structure comes from the structure cache; judged
 against the residual timed on sparsegrad's memory pool as well, in the same
@@ -74,7 +74,7 @@ __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "S
            "PEER_NAMES", "measure", "measure_times", "memory_ratio", "scaling", "scaling_steps",
            "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "run", "main"]
 
-# ---------------------------------------------------------------- targets of issue 3
+# ---------------------------------------------------------------- speed targets
 
 #: value+Jacobian / residual targets, by (problem key, size)
 TARGETS = {
@@ -83,7 +83,7 @@ TARGETS = {
     ("pb", 10 ** 6): 3.0,
     ("bratu", 1000): 3.0,
 }
-#: repeated value+Jacobian / residual targets of issue 4 (structure found in the
+#: repeated value+Jacobian / residual targets (structure found in the
 #: cache: what the ratio column measures, every sample after the first evaluation)
 REPEATED_TARGETS = {("sw", 200): 4.0}
 #: seed_sparsity time / seed time, every problem and size
@@ -98,7 +98,7 @@ SCALING_TOLERANCE = 1.3
 SCALING_TARGETS = {("sw", 100, 200), ("sw", 200, 400), ("pb", 10 ** 5, 10 ** 6),
                    ("bratu", 300, 1000)}
 
-# ---------------------------------------------------------------- peers (issue 3 table)
+# ---------------------------------------------------------------- peers (their published table)
 
 PEER_NAMES = ("sparsegrad 0.0.15", "CasADi SX", "JAX+sparsejac", "coloured FD")
 #: value+Jacobian / residual of other tools, measured by the issue's author on a
@@ -312,7 +312,7 @@ def measure(problem, n, repeats=7, min_time=0.02, memory=True, residual_in_pool=
         result.update(residual_pool_s=t["residual_pool"], ratio_pool=t["ratio_pool"])
     if repeated is not None:
         # judged by the recorded evaluation (value_and_jacobian(trace=True), the
-        # design issue 4 asks for: a function object that reuses its earlier
+        # design chosen for repeated evaluation: a function object that reuses its earlier
         # calls' work), the plain seed's repeated evaluation beside it; like
         # for like: both allocate from sparsegrad's pool and pay no page
         # faults, so the target is judged against the residual on the pool
@@ -487,7 +487,7 @@ def report(results, checks, out=print, fixed_costs=None):
     with_peers = [r for r in results if r["peers"]]
     if with_peers:
         out("")
-        out("value+Jacobian / residual beside the peers of issue 3 (their figures, "
+        out("value+Jacobian / residual beside the peers (their published figures, "
             "their machine)")
         out("  %-30s %9s %s" % ("problem", "ours", " ".join("%17s" % p for p in PEER_NAMES)))
         for r in with_peers:
@@ -504,7 +504,7 @@ def report(results, checks, out=print, fixed_costs=None):
     repeated = [r for r in results if r.get("repeated_target")]
     if repeated:
         out("")
-        out("repeated evaluation (issue 4; the structure cache holds the structure of "
+        out("repeated evaluation (the structure cache holds the structure of "
             "earlier evaluations)")
         for r in repeated:
             out("  %-30s value_and_jacobian(trace=True) %5.2fx the residual on the pool   "
@@ -552,7 +552,7 @@ def failures(results, checks):
         if r["ratio_pass"] is False:
             failed.append("%s jac/res %.2fx > %gx" % (where, r["ratio"], r["target"]))
         if r.get("repeated_pass") is False:
-            failed.append("%s repeated %.2fx > %gx (issue 4)" % (
+            failed.append("%s repeated %.2fx > %gx (repeated evaluation)" % (
                 where, r["traced_ratio_pool"], r["repeated_target"]))
         if not r["sparsity_pass"]:
             failed.append("%s sparsity/seed %.2f > %g" % (where, r["sparsity_ratio"],

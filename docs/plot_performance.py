@@ -91,7 +91,7 @@ def plot(data, path):
         log_axis(right)
         right.set_xticks(range(len(compared)))
         right.set_xticklabels(["%s\n%s" % (r["name"], r["label"]) for r in compared], fontsize=8)
-        right.set_title("beside the peers of issue 3 (their figures)")
+        right.set_title("beside the peers (their published figures)")
         right.plot([], [], color="k", lw=2, label="target")
         right.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     else:
