@@ -1350,12 +1350,11 @@ def select(condition, a, b):
     if not forwards:
         return result
     # (as truth values: ~ of an integer or float condition is no complement)
+    if a is b:  # (every row from one value: no masks, which would merge its blocks)
+        return make(result, broadcast_jacobian(a, result.shape))
     chosen = np.broadcast_to(condition, result.shape).ravel().astype(bool, copy=False)
     terms = [jac.mask_rows(broadcast_jacobian(x, result.shape),
                            chosen if x is a else ~chosen) for x in forwards]
-    if a is b:
-        terms = terms[:1]
-        terms[0] = broadcast_jacobian(a, result.shape)
     return make(result, jac.add(terms))
 
 

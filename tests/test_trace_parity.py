@@ -130,7 +130,7 @@ def _forms():
             yield pytest.param(f, id="%s-%s" % (ufunc.__name__, name))
 
 
-@pytest.mark.parametrize("f", _forms())
+@pytest.mark.parametrize("f", list(_forms()))
 def test_every_rule_and_operand(f):
     # (recorded, or refused where the rule needs more than arithmetic and
     # ufuncs, or numpy refuses the operands: never another answer)
@@ -194,6 +194,15 @@ B = SPECIAL > 0.4
     lambda x: (x - x) / (x - x) + np.log(x - x) * x,
 ], ids=range(13))
 def test_where_masks_and_broadcasts(f):
+    check(f)
+
+
+def test_where_of_one_stacked_value_in_both_branches():
+    # (the value's blocks stay unmerged, as when recorded: the same rounding)
+    def f(x):
+        v = np.concatenate([np.sin(x), np.sin(x)])
+        e = np.exp(np.where(v > 0.25, v, v))
+        return e * e
     check(f)
 
 

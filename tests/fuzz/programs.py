@@ -76,7 +76,6 @@ FEATURES = {
 KNOWN_OPEN = frozenset({
     "complex_0d_arithmetic",
     "complex_inplace_element",
-    "where_same_branches",
 })
 
 #: the names a program's source uses
