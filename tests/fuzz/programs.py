@@ -73,10 +73,7 @@ FEATURES = {
 
 #: constructs of bug classes not fixed yet: the generator leaves them out.
 #: Remove a name when its fix lands; ``python -m tests.fuzz --all`` draws them all.
-KNOWN_OPEN = frozenset({
-    "complex_0d_arithmetic",
-    "complex_inplace_element",
-})
+KNOWN_OPEN = frozenset()
 
 #: the names a program's source uses
 NAMESPACE = {"np": np, "sp": sp, "special": special}
