@@ -101,7 +101,7 @@ SCALING_TARGETS = {("sw", 100, 200), ("sw", 200, 400), ("pb", 10 ** 5, 10 ** 6),
 # ---------------------------------------------------------------- peers (their published table)
 
 PEER_NAMES = ("sparsegrad 0.0.15", "CasADi SX", "JAX+sparsejac", "coloured FD")
-#: value+Jacobian / residual of other tools, measured by the issue's author on a
+#: value+Jacobian / residual of other tools, measured side by side on a
 #: 2-core machine (low, high); CasADi and JAX exclude their build / colouring /
 #: compile times (9-49 s and 8-10 s), which are noted in docs/performance.md
 PEERS = {
@@ -625,7 +625,7 @@ def main(argv=None):
                         help="comma-separated keys: %s (default: all)"
                         % ",".join(_problems.PROBLEMS))
     parser.add_argument("--size", action="append", metavar="KEY=N[,N...]",
-                        help="sizes for one problem instead of the issue's (repeatable)")
+                        help="sizes for one problem instead of the default ones (repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help="3 repeats of at least 5 ms each (default: 7 of 20 ms)")
     parser.add_argument("--repeats", type=int, help="repeats per measurement")

@@ -7,7 +7,7 @@ Usage (from the repository root)::
     python docs/plot_performance.py --markdown     # the table of docs/performance.md
 
 Left: our value+Jacobian / residual ratio for every problem and size, with the
-issue's targets as marks.  Right: the sizes that the issue compares with other
+speed targets as marks.  Right: the sizes compared with other
 tools, our bar beside the peers' figures (a range is drawn as its midpoint with
 an error bar spanning low to high).  Needs matplotlib (the ``bench`` extra).
 """

@@ -34,7 +34,7 @@ def problem(request):
     return problems.get(request.param)
 
 
-def test_issue_sizes():
+def test_default_sizes():
     assert problems.get("sw").sizes == (50, 100, 200, 400)
     assert problems.get("pb").sizes == (10 ** 4, 10 ** 5, 10 ** 6)
     assert problems.get("bratu").sizes == (100, 300, 1000)
