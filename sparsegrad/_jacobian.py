@@ -88,7 +88,8 @@ class CSR:
     reads them (:meth:`selection`).
     """
 
-    __slots__ = ("shape", "_indptr", "_indices", "data", "gathers", "columns", "first")
+    __slots__ = ("shape", "_indptr", "_indices", "data", "gathers", "columns", "first",
+                 "pattern_id")
 
     def __init__(self, shape, indptr, indices, data, columns=None, first=None):
         self.shape = (int(shape[0]), int(shape[1]))
@@ -99,6 +100,7 @@ class CSR:
         # columns == first + arange(rows) (a run: slices of a seed), or None
         self.first = first
         self.gathers = {}  # row gathers of this matrix, shared (see _gather)
+        self.pattern_id = None  # (see _pattern_id)
 
     @classmethod
     def selection(cls, n_cols, columns, first=None):
@@ -643,12 +645,14 @@ def _pattern_key(J, index_dtype):
 
 def _pattern_id(M):
     """The ids of the arrays that make the pattern of ``M`` (``()``: the identity),
-    for the keys of merges (``M`` holds them and never changes).  Not kept on
-    ``M``: a few ids per term and merge, a memo of them gained nothing
-    measurable."""
+    for the keys of merges, kept on ``M``."""
     if M is None:
         return ()
-    return tuple(map(id, _pattern_arrays(M)))
+    # (depends on M alone, which holds the arrays and never changes; every
+    # merge reads it for every term: a tenth of a small evaluation's merge)
+    if M.pattern_id is None:
+        M.pattern_id = tuple(map(id, _pattern_arrays(M)))
+    return M.pattern_id
 
 
 def _pattern_arrays(M):
