@@ -418,8 +418,12 @@ def _reshaping(function, order_position):
             if not np.may_share_memory(reshaped, stand_in):
                 return result
             return view_of(a, result._raw, result._jac, _bound(function, args, kwargs))
-        return _viewed(make(function(a._value, *args, **kwargs), a._jacobian), a,
-                       _bound(function, args, kwargs))
+        result = function(a._value, *args, **kwargs)
+        if type(raw) is np.ndarray and raw.flags.c_contiguous and "copy" not in kwargs:
+            # (numpy's view, always, of a C-contiguous array in C order: no need
+            # to ask whether it shares memory)
+            return view_of(a, result, a._jacobian, _bound(function, args, kwargs))
+        return _viewed(make(result, a._jacobian), a, _bound(function, args, kwargs))
     return reshaped
 
 

@@ -20,7 +20,7 @@ from ._deferred import Deferred, compute
 from ._indexing import row_index
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian, cast_input,
                      cast_is_constant, check_real_axis, _broadcast_rows, _device_keys,
-                     _replay)
+                     _replay, written)
 
 __all__ = ["apply", "call"]
 
@@ -460,7 +460,7 @@ def _scatter_add(target, indices, increment):
         root._array = root._array.copy(order="K")
         root._owns = True
     np.add.at(_replay(steps, root._array), indices, increment_array)
-    root._version += 1
+    written(root)
     kind = target.dtype.kind
     if J_inc is None or kind not in "fc":
         # (a constant increment, or an integer target: piecewise constant, as

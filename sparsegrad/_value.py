@@ -65,7 +65,7 @@ class value(NDArrayOperatorsMixin):
 
     # (_raw: the array, or in sparsity mode a Deferred one, computed when read;
     # _version: counts the writes into this value, which its views compare)
-    __slots__ = ("_raw", "_jac", "_owns", "_version")
+    __slots__ = ("_raw", "_jac", "_owns", "_version", "_views")
     # take precedence over ndarray and scipy.sparse operands in Python operators
     __array_priority__ = 1000
 
@@ -76,6 +76,7 @@ class value(NDArrayOperatorsMixin):
         # keeps it as a row factor): only then may an index write go into it
         self._owns = False
         self._version = 0
+        self._views = None
 
     # ---- value and Jacobian ------------------------------------------------
     @property
@@ -381,7 +382,7 @@ class value(NDArrayOperatorsMixin):
             root._array = root._array.copy(order="K")
             root._owns = True
         _replay(steps, root._array)[key] = new_array
-        root._version += 1
+        written(root)
         assembly = root._jac
         if not isinstance(assembly, Assembly):
             assembly = root._jac = Assembly(root._jac)
@@ -571,13 +572,73 @@ class _View:
     of views share one), the *steps* that make its array from the root's (each
     a pair: the step on values, and the step on row numbers or None where the
     rows are the same) and *parts* (functions of a Jacobian: the real or
-    imaginary part).  Writes into a view go into its root; a view reads its
-    value and Jacobian from the root again when the root's ``_version`` has
-    changed since it last did (a write into the root or through any of its
-    views), so that both directions of aliasing hold, in values and Jacobians.
+    imaginary part).  Writes into a view go into its root.
+
+    A view holds its value and Jacobian as any value does, as they were when
+    it was made, while its root is not written.  The first write into the
+    root (or through any of its views) turns the live views of it into
+    *stale* ones (:class:`_Stale`), which read their value and Jacobian from
+    the root again whenever its ``_version`` has changed since they last did:
+    both directions of aliasing hold, in values and Jacobians, and a view of
+    a root nobody writes reads as fast as any value.
     """
 
     __slots__ = ()
+
+    def _target(self):
+        rows = self._rows
+        if rows is None:
+            rows = row_index(self._root.shape)
+            for _, rows_step in self._steps:
+                if rows_step is not None:
+                    rows = rows_step(rows)
+            self._rows = rows
+        return self._root, self._steps, rows
+
+    def _write(self, key, new):
+        if not self._parts:
+            return value._write(self, key, new)
+        root, steps, rows = self._target()
+        if not _replay(steps, root._array).flags.writeable:
+            raise ValueError("assignment destination is read-only")  # (numpy's words)
+        # a part of complex elements: the elements written whole, the other
+        # part kept (the rows of a complex Jacobian are not split by part)
+        key, row_key, _ = _device_keys(_plain_key(key), root._array)
+        target = rows[row_key]
+        elements = np.unravel_index(target, root.shape)
+        old = root[elements]
+        new = np.broadcast_to(coerce(new), target.shape)
+        if np.iscomplexobj(new):
+            warnings.warn("Casting complex values to real discards the imaginary part",
+                          np.exceptions.ComplexWarning, stacklevel=2 + _OWN_FRAME)
+            new = np.real(new)  # (numpy's: the real part, of a part of the value)
+        if self._parts[-1] is real_part:
+            root[elements] = new + 1j * np.imag(old)
+        else:
+            root[elements] = np.real(old) + 1j * new
+
+
+class _Stale:
+    """A view whose root was written since it was made (see :class:`_View`):
+    its value and Jacobian are read from the root again after every write, and
+    whoever keeps its array keeps the root's memory (the root, which came to
+    own a copy at the write, must copy again before the next)."""
+
+    __slots__ = ()
+
+    @property
+    def _value(self):
+        self._root._owns = False  # (its array is a view of the root's, held outside)
+        return self._array
+
+    @property
+    def _owns(self):
+        return False  # (the root's memory)
+
+    @_owns.setter
+    def _owns(self, owns):
+        if not owns:  # (its array is a view of the root's, now held outside)
+            self._root._owns = False
 
     @property
     def _raw(self):
@@ -614,55 +675,14 @@ class _View:
     # (a view's Jacobian is never an assembly: writes go to its root)
     _jacobian = _jac
 
-    @property
-    def _value(self):
-        self._root._owns = False  # (its array is a view of the root's, held outside)
-        return self._array
-
-    @property
-    def _owns(self):
-        return False  # (the root's memory)
-
-    @_owns.setter
-    def _owns(self, owns):
-        if not owns:  # (its array is a view of the root's, now held outside)
-            self._root._owns = False
-
-    def _target(self):
-        rows = self._rows
-        if rows is None:
-            rows = row_index(self._root.shape)
-            for _, rows_step in self._steps:
-                if rows_step is not None:
-                    rows = rows_step(rows)
-            self._rows = rows
-        return self._root, self._steps, rows
-
-    def _write(self, key, new):
-        if not self._parts:
-            return value._write(self, key, new)
-        root, steps, rows = self._target()
-        if not _replay(steps, root._array).flags.writeable:
-            raise ValueError("assignment destination is read-only")  # (numpy's words)
-        # a part of complex elements: the elements written whole, the other
-        # part kept (the rows of a complex Jacobian are not split by part)
-        key, row_key, _ = _device_keys(_plain_key(key), root._array)
-        target = rows[row_key]
-        elements = np.unravel_index(target, root.shape)
-        old = root[elements]
-        new = np.broadcast_to(coerce(new), target.shape)
-        if np.iscomplexobj(new):
-            warnings.warn("Casting complex values to real discards the imaginary part",
-                          np.exceptions.ComplexWarning, stacklevel=2 + _OWN_FRAME)
-            new = np.real(new)  # (numpy's: the real part, of a part of the value)
-        if self._parts[-1] is real_part:
-            root[elements] = new + 1j * np.imag(old)
-        else:
-            root[elements] = np.real(old) + 1j * new
-
 
 class _array_view(_View, _array_value):
-    __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac")
+    __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac",
+                 "__weakref__")
+
+
+class _stale_array_view(_Stale, _array_view):
+    __slots__ = ()
 
 
 class zero_d_array(value):
@@ -675,7 +695,32 @@ class zero_d_array(value):
 class _scalar_view(_View, value):
     """A 0-d view (``F[0, ...]``): an array, not a scalar: written through, never
     rebound."""
-    __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac")
+    __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac",
+                 "__weakref__")
+
+
+class _stale_scalar_view(_Stale, _scalar_view):
+    __slots__ = ()
+
+
+#: the stale class of each view class
+_STALE = {_array_view: _stale_array_view, _scalar_view: _stale_scalar_view}
+_VIEWS = frozenset(_STALE) | frozenset(_STALE.values())
+
+
+def written(root):
+    """Count a write into forward value ``root`` (into its array or its
+    Jacobian): its live views turn stale, reading both from it again."""
+    seen = root._version
+    root._version = seen + 1
+    views = root._views
+    if views is not None:
+        root._views = None
+        for ref in views:
+            view = ref()
+            if view is not None and type(view) in _STALE:
+                view.__class__ = _STALE[type(view)]
+                view._seen_raw = view._seen_jac = seen  # (what it holds is of then)
 
 
 def view_of(parent, array, jacobian, step, rows_step=False, part=None):
@@ -687,19 +732,32 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
         # (a scalar-like 0-d value: numpy's scalars have no views, a reshape of
         # one is a new array)
         return make(array, jacobian)
-    if isinstance(parent, _View):
-        root, steps, parts = parent._root, parent._steps, parent._parts
+    step = (step, step if rows_step is False else rows_step)
+    if type(parent) in _VIEWS:
+        root = parent._root
+        steps = parent._steps + (step,)
+        parts = parent._parts if part is None else parent._parts + (part,)
     else:
-        root, steps, parts = parent, (), ()
+        root, steps, parts = parent, (step,), () if part is None else (part,)
+    # (the view's array is numpy's view of the root's memory: the root never
+    # writes into it again, and until it is written its views own nothing)
+    root._owns = False
     view = _array_view.__new__(_array_view) if array.ndim else _scalar_view.__new__(_scalar_view)
-    _RAW.__set__(view, array)
-    _JAC.__set__(view, jacobian)
-    view._version = 0
+    # (its _version and _views stay unset: writes and views go to the root)
+    view._raw = array
+    view._jac = jacobian
+    view._owns = False
     view._root = root
-    view._steps = steps + ((step, step if rows_step is False else rows_step),)
-    view._parts = parts if part is None else parts + (part,)
+    view._steps = steps
+    view._parts = parts
     view._rows = None
-    view._seen_raw = view._seen_jac = root._version
+    views = root._views
+    if views is None:
+        root._views = [weakref.ref(view)]
+    else:
+        views.append(weakref.ref(view))
+        if len(views) & 255 == 0:  # (a loop of temporary views: the dead go)
+            root._views = [ref for ref in views if ref() is not None]
     return view
 
 

@@ -171,12 +171,13 @@ def _zero_d_arrays(u):
     return np.stack([R, s, t[0, 0], w, e[0]])
 
 
-@pytest.mark.parametrize("F", [_reshape_view, _interior_of_a_grid, _ravel_view,
-                               _slice_of_slice, _transpose_row, _named_view,
-                               _out_is_a_view, _inplace_through_a_view, _views_of_views,
-                               _functions_that_return_views, _split_pieces,
-                               _add_at_a_view, _ellipsis_and_none, _einsum_views,
-                               _zero_d_arrays])
+WRITES_THROUGH_VIEWS = [_reshape_view, _interior_of_a_grid, _ravel_view, _slice_of_slice,
+                        _transpose_row, _named_view, _out_is_a_view, _inplace_through_a_view,
+                        _views_of_views, _functions_that_return_views, _split_pieces,
+                        _add_at_a_view, _ellipsis_and_none, _einsum_views, _zero_d_arrays]
+
+
+@pytest.mark.parametrize("F", WRITES_THROUGH_VIEWS)
 def test_writes_through_views(F):
     check(F)
 
@@ -191,6 +192,16 @@ def _view_sees_later_writes(u):
     R[:] = u ** 2
     R[4] = u[0] * u[1]
     return np.concatenate([grid.ravel(), tail, column])
+
+
+def _views_among_many_temporary_ones_see_later_writes(u):
+    R = zeros(u, 6)
+    kept = [R[k:k + 2] for k in range(0, 6, 2)]
+    for k in range(700):  # (views made and dropped while the kept ones live)
+        R[k % 5:]
+    R[:] = u * 3.0
+    R[1:3] = u[:2] ** 2
+    return np.concatenate(kept + [R[2:4]])
 
 
 def _diagonal_sees_later_writes(u):
@@ -216,9 +227,12 @@ def _stale_view_after_a_copy_on_write(u):
     return np.concatenate([keep, v])
 
 
-@pytest.mark.parametrize("F", [_view_sees_later_writes, _diagonal_sees_later_writes,
-                               _view_sees_writes_through_another_view,
-                               _stale_view_after_a_copy_on_write])
+WRITES_INTO_BASES = [_view_sees_later_writes, _views_among_many_temporary_ones_see_later_writes,
+                     _diagonal_sees_later_writes,
+                     _view_sees_writes_through_another_view, _stale_view_after_a_copy_on_write]
+
+
+@pytest.mark.parametrize("F", WRITES_INTO_BASES)
 def test_writes_into_the_base_reach_views(F):
     check(F)
 
@@ -338,6 +352,14 @@ def test_views_through_value_and_jacobian(trace):
     value, J = sparsegrad.value_and_jacobian(_interior_of_a_grid, trace=trace)(X0)
     assert_array_equal(value, _interior_of_a_grid(X0))
     assert_allclose(J.toarray(), central_differences(_interior_of_a_grid, X0), atol=1e-8)
+
+
+@pytest.mark.parametrize("F", WRITES_THROUGH_VIEWS + WRITES_INTO_BASES)
+def test_view_programs_on_a_device(F, device):
+    from device_check import assert_matches_cpu
+    expected = F(forward.seed(X0.copy()))
+    assert_matches_cpu(F(forward.seed(device.asarray(X0))), expected, rtol=1e-15,
+                       device=device)
 
 
 def test_views_on_a_device(device):
