@@ -220,7 +220,7 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
     # kink or at the ill-conditioned values of recorded programs' later points)
     failures = []
     for reference, rtol, name in references:
-        why = _jacobian_difference(y, reference, rtol)
+        why = _jacobian_difference(y, reference, rtol, np.iscomplexobj(x))
         if why is None:
             outcome.counts["jacobian by " + name] += 1
             return
@@ -237,12 +237,14 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
         outcome.fail("jacobian", "; ".join(failures), call)
 
 
-def _jacobian_difference(y, reference, rtol):
-    """Why ``y``'s Jacobian is not ``reference`` to ``rtol``, or None."""
+def _jacobian_difference(y, reference, rtol, complex_seed):
+    """Why ``y``'s Jacobian is not ``reference`` to ``rtol``, or None (a complex
+    seed's Jacobians are complex, of real values too)."""
     scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
     try:
         with quiet():
-            assert_jacobian_equal(y, reference, rtol=rtol, atol=rtol * scale)
+            assert_jacobian_equal(y, reference, rtol=rtol, atol=rtol * scale,
+                                  complex_seed=complex_seed)
     except AssertionError as exc:
         text = str(exc).strip()
         message = ("Jacobian differs" if "Jacobian differs from the reference" in text

@@ -59,6 +59,8 @@ FEATURES = {
     "complex_inplace_element": "R[k] *= c (+=, -=) writing one complex element, which "
                                "numpy rounds otherwise than R[k] * c",
     "empty_cumulative": "np.cumsum or np.cumprod of an empty array",
+    "complex_real_axis": "a complex seed whose imaginary parts are zero, through abs or "
+                         "sign (the derivative of their analytic continuation)",
     "scalar_view_write": "a write into an array made from a numpy scalar by reshape, "
                          "ravel or None (s = x[0]; a = s.reshape(1); a[0] = ...): numpy's "
                          "array is new, s and its other arrays keep their values",
@@ -691,6 +693,10 @@ class _General(_Builder):
             # (not complex-differentiable: of complex values of a real seed only)
             options += ["abs", "sign"]
             tags.add("complex_intermediate")
+        elif self.enabled("complex_real_axis") and np.all(value.imag == 0):
+            # (a complex seed's values on the real axis: the continuation's derivative)
+            options += ["abs", "sign"]
+            tags.add("complex_real_axis")
         op = self.choice(options)
         positive = _positive(value)
         if op in ("sin", "cos", "tanh", "square", "negative", "arctan"):
@@ -1248,6 +1254,8 @@ def _general(seed, rng, exclude):
     shape = tuple(int(rng.integers(1, 5 if ndim > 1 else 13)) for _ in range(ndim))
     size = int(np.prod(shape))
     point = _point(rng, size, dtype)
+    if dtype.kind == "c" and "complex_real_axis" not in exclude and rng.random() < 0.3:
+        point = point.real.astype(dtype)
     builder = _General(rng, dtype, [point], exclude)
     builder.start(shape)
     steps = [name for name, _ in _GENERAL_STEPS]
