@@ -23,6 +23,10 @@ import numpy as np
 
 __all__ = ["Deferred", "compute"]
 
+#: ``Deferred(contiguous=...)`` of a result that is C-contiguous when every
+#: operand of at least one dimension has its strides in C order
+IF_OPERANDS_IN_C_ORDER = "if operands in C order"
+
 
 class Deferred:
     """``function(*args)`` not computed yet; ``args`` may hold other ``Deferred``.
@@ -35,8 +39,10 @@ class Deferred:
 
     def __init__(self, function, args, shape, dtype, contiguous=False):
         self.function = function
-        # (whether the result will be a new C-contiguous array: data movement
-        # and concatenations of operands in C order)
+        # (whether the result will be a new C-contiguous array: True, False, or
+        # IF_OPERANDS_IN_C_ORDER for data movement and concatenations, which
+        # give one when their operands are in C order: asked only when needed,
+        # then kept, see c_contiguous)
         self.contiguous = contiguous
         self.args = tuple(args)
         self.shape = tuple(shape)
@@ -107,9 +113,26 @@ def c_contiguous(array, depth=0):
         return bool(array.flags.c_contiguous)
     if array._result is not None:
         return bool(array._result.flags.c_contiguous)
-    if array.contiguous:
+    if array.contiguous is True:
         return True
-    if depth > 32 or not isinstance(array.function, np.ufunc):
+    if array.contiguous is _NOT_KNOWN or depth > 32:
+        return False
+    # (kept on the value: operands shared by several reads are looked at once.
+    # A False may become True once operands are computed; it only sends a
+    # reshape to the way that asks numpy, which is always right)
+    known = _c_contiguous(array, depth)
+    array.contiguous = True if known else _NOT_KNOWN
+    return known
+
+
+#: ``Deferred.contiguous`` once :func:`c_contiguous` found it not known
+_NOT_KNOWN = "not known"
+
+
+def _c_contiguous(array, depth):
+    if array.contiguous is IF_OPERANDS_IN_C_ORDER:
+        return all(c_ordered(v, depth + 1) for v in array.args if getattr(v, "ndim", 0))
+    if not isinstance(array.function, np.ufunc):
         return False
     for operand in array.args:
         if not getattr(operand, "shape", ()):
@@ -126,14 +149,15 @@ def c_ordered(array, depth=0):
     where it is not known."""
     if type(array) is Deferred and array._result is None:
         if array.function is operator.getitem:
-            # (a read of a C-contiguous array: numpy's view of one of that layout)
+            # (a gather makes a new array; a basic read of a C-contiguous array is
+            # in C order: a slice's step k < n along an axis multiplies its
+            # stride by less than the next outer stride is, integers drop axes)
             parent, key = array.args
-            if type(key) is np.ndarray or not c_contiguous(parent, depth):
-                return type(key) is np.ndarray  # (a gather: a new array)
-            array = np.empty(parent.shape, parent.dtype)[key]
-        else:
-            return c_contiguous(array, depth)
+            return type(key) is np.ndarray or c_contiguous(parent, depth)
+        return c_contiguous(array, depth)
     elif type(array) is Deferred:
         array = array._result
+    if array.flags.c_contiguous:
+        return True
     strides = [abs(s) for s, n in zip(array.strides, array.shape) if n > 1]
     return strides == sorted(strides, reverse=True)

@@ -35,7 +35,7 @@ from . import _backend, _structure
 from . import _jacobian as jac
 from ._errors import unsupported
 from ._indexing import row_index
-from ._deferred import Deferred, compute, c_contiguous, c_ordered
+from ._deferred import Deferred, compute, c_contiguous, IF_OPERANDS_IN_C_ORDER
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian,
                      cast_input, check_real_axis, view_of, _View, zero_d_array, real_part,
                      imaginary_part, no_part)
@@ -262,8 +262,7 @@ def _move(apply, operands, fills=False, defer=False, key=None):
             result = apply([compute(v) for v in values], False)
         else:
             result = Deferred(lambda *arrays: apply(list(arrays), False), values, shape,
-                              np.float64, contiguous=all(c_ordered(v) for v in values
-                                                         if getattr(v, "ndim", 0)))
+                              np.float64, contiguous=IF_OPERANDS_IN_C_ORDER)
     stacked = jac.vstack(jacobians)
 
     def pair(v, r, k=0):
@@ -413,11 +412,10 @@ def _reshaping(function, order_position):
             # view, from an array of the same layout)
             stand_in = np.empty(raw.shape, raw.dtype)
             reshaped = function(stand_in, *args, **kwargs)
-            result = make(Deferred(lambda array: function(array, *args, **kwargs), (raw,),
-                                   reshaped.shape, raw.dtype), a._jacobian)
-            if not np.may_share_memory(reshaped, stand_in):
-                return result
-            return view_of(a, result._raw, result._jac, _bound(function, args, kwargs))
+            # (a view, as numpy's of a C-contiguous array in C order always is)
+            return view_of(a, Deferred(lambda array: function(array, *args, **kwargs), (raw,),
+                                       reshaped.shape, raw.dtype),
+                           a._jacobian, _bound(function, args, kwargs))
         result = function(a._value, *args, **kwargs)
         if type(raw) is np.ndarray and raw.flags.c_contiguous and "copy" not in kwargs:
             # (numpy's view, always, of a C-contiguous array in C order: no need
@@ -604,7 +602,7 @@ def _joined_in_order(function, arrays, args, kwargs):
     if jacobian.seed.pattern_only and all(
             type(raw) in _DEFERRABLE and raw.dtype == np.float64 for raw in raws):
         return make(Deferred(lambda *parts: np.concatenate(parts, axis=axis), raws, shape,
-                             np.float64, contiguous=all(c_ordered(r) for r in raws if r.ndim)),
+                             np.float64, contiguous=IF_OPERANDS_IN_C_ORDER),
                     jacobian)
     return make(np.concatenate([x._value for x in arrays], axis=axis), jacobian)
 

@@ -198,9 +198,12 @@ def power_by(shortcut, x, exponent):
     sqrt: for complex values a rounding apart from power), the Jacobian by
     power's rule, the same as any other power's (and a recorded program's)."""
     raw = x._raw
-    if type(raw) is Deferred:  # (sparsity mode: computed when read, the pattern x's)
+    J = x._jacobian
+    if type(raw) is Deferred or (J.seed.pattern_only and type(raw) is np.ndarray
+                                 and raw.dtype is _FLOAT64):
+        # (sparsity mode: computed when read, the pattern x's; x's array is kept)
         x._owns = False
-        return make(Deferred(shortcut, (raw,), raw.shape, raw.dtype), x._jacobian)
+        return make(Deferred(shortcut, (raw,), raw.shape, raw.dtype), J)
     array = x._value
     out = shortcut(array)
     if array.dtype is _FLOAT64 and type(array) is np.ndarray:
