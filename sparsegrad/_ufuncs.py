@@ -447,7 +447,10 @@ def _scatter_add(target, indices, increment):
     if getattr(target, "_parts", None):
         raise unsupported("numpy.add.at", "a target that is the real or imaginary part "
                           "of complex values; add into the complex value instead")
-    indices, row_indices, _ = _device_keys(plain(indices), root._array)
+    indices = plain(indices)
+    if type(indices) is list and _backend.of(root._array) is not _backend.CPU:
+        indices = np.asarray(indices)  # (CuPy's add.at takes arrays, not lists)
+    indices, row_indices, _ = _device_keys(indices, root._array)
     rows = positions[row_indices]
     J_inc = None
     if isinstance(increment, value):  # (checked before anything is written)

@@ -357,6 +357,9 @@ def test_views_through_value_and_jacobian(trace):
 @pytest.mark.parametrize("F", WRITES_THROUGH_VIEWS + WRITES_INTO_BASES)
 def test_view_programs_on_a_device(F, device):
     from device_check import assert_matches_cpu
+    from sparsegrad.gpu._device import fake
+    if device is not fake and F is _diagonal_sees_later_writes:
+        pytest.skip("CuPy's np.diag of a 2-d array is a copy, and so is sparsegrad's there")
     expected = F(forward.seed(X0.copy()))
     assert_matches_cpu(F(forward.seed(device.asarray(X0))), expected, rtol=1e-15,
                        device=device)

@@ -145,6 +145,9 @@ class DeviceArray(np.ndarray):
             return NotImplemented  # as CuPy does: an overriding type (a forward value) decides
         out = kwargs.get("out") or ()
         _refuse_host("numpy." + ufunc.__name__, inputs, out)
+        if method == "at" and len(inputs) > 1 and isinstance(inputs[1], list):
+            # (CuPy's ufunc.at returns NotImplemented for a list of indices)
+            return NotImplemented
         if out:
             kwargs["out"] = tuple(_plain(o) for o in out)
         result = getattr(ufunc, method)(*(_plain(x) for x in inputs), **kwargs)
