@@ -583,3 +583,18 @@ def test_the_pattern_a_key_names_is_held_by_the_entry():
     for key, pieces in kept:
         held = [jac._pattern_id(M) for _, _, block in pieces for M in block]
         assert [ids for _, _, block in key[4] for ids in block] == held
+
+
+def test_the_pattern_ids_kept_on_a_matrix_are_of_its_own_arrays():
+    # (kept on the matrix, which never changes: another matrix, of another
+    # pattern or of the same one in new arrays, has its own)
+    M = jac.CSR((2, 3), np.array([0, 1, 2]), np.array([0, 2]), np.array([1.0, 2.0]))
+    first = jac._pattern_id(M)
+    assert first == (id(M.indptr), id(M.indices)) and jac._pattern_id(M) is first
+    other = jac.CSR((2, 3), np.array([0, 1, 2]), np.array([1, 2]), np.array([1.0, 2.0]))
+    assert jac._pattern_id(other) != first
+    again = jac.CSR((2, 3), M.indptr.copy(), M.indices.copy(), M.data)
+    assert jac._pattern_id(again) != first
+    selection = jac.CSR.selection(3, np.array([2, 0]))
+    assert jac._pattern_id(selection) == (id(selection.columns),)
+    assert jac._pattern_id(None) == ()
