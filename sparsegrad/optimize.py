@@ -249,7 +249,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     xtol : float, optional
         Also converged when the Newton step satisfies
         ``max|dx| <= xtol * (1 + max|x|)`` (the step is then taken in full):
-        this stops the iteration where rounding keeps the residual above
+        which ends the iteration where rounding keeps the residual above
         ``tol``.  Use 0 to rely on ``tol`` alone.
     maxiter : int, optional
         Maximum number of Newton iterations (Jacobian evaluations).

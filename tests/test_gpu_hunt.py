@@ -21,7 +21,7 @@ I64 = np.int64
 
 def test_fake_bincount_refuses_an_empty_array_as_cupy_does():
     # CuPy sizes bincount's result by int(max(x)) + 1 before minlength: an empty x
-    # raises there (cupy/cupy issue 8116), so the fake raises too
+    # raises there (cupy/cupy#8116), so the fake raises too
     with pytest.raises(ValueError, match="zero-size array"):
         fake.bincount(fake.zeros(0, dtype=I64), minlength=3)
     np.testing.assert_array_equal(fake.asnumpy(fake.bincount(fake.asarray([0, 2, 2]),

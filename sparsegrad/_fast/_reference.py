@@ -222,7 +222,7 @@ def coo_to_csr(n_rows, n_cols, rows, cols, values):
         xp.cumsum(xp.bincount(out_rows, minlength=n_rows), out=indptr[1:])
     elif n_rows:
         # cupy.bincount raises on an empty array whatever minlength is (it sizes
-        # its result by the maximum first: cupy/cupy issue 8116), and a Jacobian
+        # its result by the maximum first: cupy/cupy#8116), and a Jacobian
         # may have no entries; the rows are sorted, so the end of each row's run
         # is a searchsorted (no device sync either)
         indptr[1:] = xp.searchsorted(out_rows, xp.arange(n_rows, dtype=INDEX_DTYPE),

@@ -255,8 +255,8 @@ class FakeDevice:
         """numpy.bincount on the fake device, refusing an empty ``x`` as CuPy does.
 
         CuPy sizes the result by ``int(cupy.max(x)) + 1`` before it looks at
-        ``minlength``, so an empty ``x`` raises ``ValueError`` there (cupy/cupy
-        issue 8116, whatever ``minlength`` is) where numpy returns zeros.
+        ``minlength``, so an empty ``x`` raises ``ValueError`` there (cupy/cupy#8116,
+        whatever ``minlength`` is) where numpy returns zeros.
         """
         _refuse_host("fake.bincount", x, weights)
         if len(x) == 0:
