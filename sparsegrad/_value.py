@@ -64,7 +64,8 @@ class value(NDArrayOperatorsMixin):
     """
 
     # (_raw: the array, or in sparsity mode a Deferred one, computed when read;
-    # _version: counts the writes into this value, which its views compare)
+    # _version: counts the writes into this value, which its views compare;
+    # _views: weak references to its views not yet stale, or None)
     __slots__ = ("_raw", "_jac", "_owns", "_version", "_views")
     # take precedence over ndarray and scipy.sparse operands in Python operators
     __array_priority__ = 1000
