@@ -124,15 +124,18 @@ def test_an_index_array_written_in_place_between_calls(seeding):
 def test_new_index_arrays_at_a_reused_id(seeding):
     x0 = np.linspace(1.0, 2.0, 9)
     rng = np.random.default_rng(1)
-    ids = set()
-    for _ in range(40):
+    ids, reused = set(), 0
+    for k in range(400):  # (until ids came back a few times: the allocator decides when)
         index = rng.integers(-9, 9, 9)
+        reused += id(index) in ids
         ids.add(id(index))
         f = lambda u: u[index] * u + (u * u)[index]
         _check(f, x0, seeding)
         del index, f
         gc.collect()
-    assert len(ids) < 40                              # (ids did come back)
+        if reused >= 3 and k >= 40:
+            break
+    assert reused >= 3
 
 
 def test_index_arrays_of_other_integer_dtypes_read_the_same_rows():
