@@ -408,11 +408,10 @@ def _reshaping(function, order_position):
         raw = a._raw
         if (type(raw) is Deferred and not isinstance(a, _View) and c_contiguous(raw)
                 and not _holds_arrays(args, kwargs) and "copy" not in kwargs):
-            # (sparsity mode: deferred too; numpy's shape, and whether it gives a
-            # view, from an array of the same layout)
-            stand_in = np.empty(raw.shape, raw.dtype)
-            reshaped = function(stand_in, *args, **kwargs)
-            # (a view, as numpy's of a C-contiguous array in C order always is)
+            # (sparsity mode: deferred too, numpy's shape from an array of the
+            # same layout; a view, as numpy's of a C-contiguous array in C order
+            # always is)
+            reshaped = function(np.empty(raw.shape, raw.dtype), *args, **kwargs)
             return view_of(a, Deferred(lambda array: function(array, *args, **kwargs), (raw,),
                                        reshaped.shape, raw.dtype),
                            a._jacobian, _bound(function, args, kwargs))

@@ -706,7 +706,6 @@ class _stale_scalar_view(_Stale, _scalar_view):
 
 #: the stale class of each view class
 _STALE = {_array_view: _stale_array_view, _scalar_view: _stale_scalar_view}
-_VIEWS = frozenset(_STALE) | frozenset(_STALE.values())
 
 
 def written(root):
@@ -719,7 +718,7 @@ def written(root):
         root._views = None
         for ref in views:
             view = ref()
-            if view is not None and type(view) in _STALE:
+            if view is not None:  # (registered since the last write: not stale yet)
                 view.__class__ = _STALE[type(view)]
                 view._seen_raw = view._seen_jac = seen  # (what it holds is of then)
 
@@ -733,13 +732,10 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
         # (a scalar-like 0-d value: numpy's scalars have no views, a reshape of
         # one is a new array)
         return make(array, jacobian)
-    step = (step, step if rows_step is False else rows_step)
-    if type(parent) in _VIEWS:
-        root = parent._root
-        steps = parent._steps + (step,)
-        parts = parent._parts if part is None else parent._parts + (part,)
+    if isinstance(parent, _View):
+        root, steps, parts = parent._root, parent._steps, parent._parts
     else:
-        root, steps, parts = parent, (step,), () if part is None else (part,)
+        root, steps, parts = parent, (), ()
     # (the view's array is numpy's view of the root's memory: the root never
     # writes into it again, and until it is written its views own nothing)
     root._owns = False
@@ -749,8 +745,8 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
     view._jac = jacobian
     view._owns = False
     view._root = root
-    view._steps = steps
-    view._parts = parts
+    view._steps = steps + ((step, step if rows_step is False else rows_step),)
+    view._parts = parts if part is None else parts + (part,)
     view._rows = None
     views = root._views
     if views is None:
