@@ -21,6 +21,8 @@ array([2., 4., 6.])
 import itertools
 from functools import lru_cache
 
+import numbers
+
 import numpy as np
 
 from . import _backend, _structure
@@ -463,13 +465,18 @@ def _csr_arrays(n_rows, matrix, xp=np):
     return matrix.indptr, matrix.indices, matrix.data
 
 
+def _on_host(s):
+    """Whether scalar ``s`` is a number or a 0-d array of the host (not a device's)."""
+    return isinstance(s, numbers.Number) or type(s) is np.ndarray
+
+
 def _combine(first, second):
     """The term ``first + second`` of two terms with the same matrix."""
     s, d, M = first
     s2, d2 = second[:2]
     if d is None and d2 is None:
         return (s + s2, None, M)
-    if s == s2 and s != 0:
+    if _same_number(s, s2):
         # s (d + d2): one pass (sums of stencil terms share s, a grid factor)
         return (s, _sum_of_factors(d, d2), M)
     if (d is None) != (d2 is None):
@@ -482,6 +489,15 @@ def _combine(first, second):
                                                                  number(plus)), M)
     fused = _fused_sum(s, d, s2, d2)
     return (1, _factor(s, d) + _factor(s2, d2) if fused is None else fused, M)
+
+
+def _same_number(s, s2):
+    """Whether scalars ``s`` and ``s2`` are one nonzero number."""
+    if type(s) is not type(s2) and not (_on_host(s) and _on_host(s2)):
+        # (a 0-d value's factor left on a device, and a host number: the
+        # device refuses the mixture, and they are not one number's type)
+        return False
+    return bool(s == s2) and bool(s != 0)
 
 
 def _fused_sum(s, d, s2, d2):

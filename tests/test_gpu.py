@@ -268,6 +268,20 @@ def test_a_0d_value_times_a_host_scalar_stays_on_the_device(device):
                                    np.full((1, 2), 1.5 / (1 + 0.1 ** 2) + 1.5))
 
 
+
+def test_a_0d_factor_on_the_device_summed_with_a_host_scalars_term(device):
+    # arctan's factor of a 0-d value is a 0-d device array; the other term's
+    # is the host's -0.9: summing them compared the two, which the device refuses
+    x0 = np.array([0.3])
+
+    def f(x):
+        s = np.sum(x)
+        return np.maximum(np.arctan(s), s) * -0.9 + np.arctan(s)
+    expected = f(forward.seed(x0))
+    y = f(forward.seed(device.asarray(x0)))
+    assert_matches_cpu(y, expected, rtol=1e-15, device=device)
+    np.testing.assert_allclose(expected.dvalue.toarray(), [[-0.9 + 1 / 1.09]], rtol=1e-15)
+
 @pytest.mark.parametrize("key", [np.s_[1:-1, 2:], np.s_[::2, ::-1], np.s_[3], np.s_[:, 1],
                                  np.s_[::-3], np.s_[None, 1:, :2]], ids=str)
 def test_strided_reads_make_their_row_numbers_on_the_device(key, device, monkeypatch):
