@@ -152,7 +152,7 @@ def _split(matrix, sizes, single, hstack, format):
                  for a, b in zip(offsets[:-1], offsets[1:]))
 
 
-def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=False):
+def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=True):
     """A function returning ``f``'s value and its exact sparse Jacobian.
 
     Parameters
@@ -173,24 +173,27 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=Fal
         With a tuple ``argnums``: return one matrix whose column blocks are
         the Jacobians with respect to each argument, instead of a tuple.
     trace : bool, optional
-        Record ``f``'s operations and compute later Jacobians by a compiled
-        program (see "Recorded evaluation" in ``docs/solving.md``): for a
-        function called many times with the same path through its code, as
-        a Newton solver does.  Each call runs ``f`` on light values that
-        compute only its values and record its operations; the first call
-        with a new structure (operations, shapes, index arrays) compiles a
-        program for it, later ones run that program.  Scalars may change
+        Record ``f``'s operations and compute Jacobians by a compiled program
+        (default; see "Recorded evaluation" in ``docs/solving.md``), for a
+        function called many times along one path, as a Newton solver calls
+        it.  Each call runs ``f`` on light values that compute only its
+        values and record its operations; the first call with a new
+        structure (operations, shapes, index arrays) compiles a program,
+        later ones, of this or any function, run it.  Scalars may change
         between calls; a changed path or index array is detected and
-        compiled anew.  ``f`` must take one 1-d float64 argument to
-        differentiate and use elementwise ufuncs (``+ - * /``, ``**`` by a
-        constant, ``exp``, ``log``, ``sqrt``, ``sin``, ``cos``, ``tanh``,
-        ...), comparisons and ``np.where``, reads by slices and integer
-        arrays, ``np.roll`` and ``np.concatenate``;
-        a call that uses anything else is computed the usual way, and
-        ``f`` may then run twice in that call.  The matrices of one
-        recorded path share their (read-only) ``indices`` and ``indptr``;
-        copy a matrix before changing its pattern in place.  The returned
-        function has ``cache_info()`` and ``cache_clear()``.
+        compiled anew.  Recorded: one differentiated 1-d float64 argument,
+        elementwise ufuncs (``+ - * /``, ``**`` by a constant, ``exp``,
+        ``log``, ``sqrt``, ``sin``, ``cos``, ``tanh``, ...), comparisons and
+        ``np.where``, reads by slices and integer arrays, ``np.roll`` and
+        ``np.concatenate``.  A call that uses anything else is computed by
+        :func:`sparsegrad.forward.seed` (``f`` may then run twice in that
+        call, and later calls go that way at once); ``cache_info().reason``
+        says why, and a debug-level message is logged on the
+        ``"sparsegrad"`` logger.  The results are ``forward.seed``'s bit for
+        bit.  The matrices of one recorded path share their (read-only)
+        ``indices`` and ``indptr``; copy a matrix before changing its
+        pattern in place.  ``False``: ``forward.seed`` at every call.  The
+        returned function has ``cache_info()`` and ``cache_clear()``.
 
     Returns
     -------
@@ -226,18 +229,19 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=Fal
                                trace)
 
 
-def _value_and_jacobian(f, argnums, format, hstack, name, trace=False):
+def _value_and_jacobian(f, argnums, format, hstack, name, trace=True):
     """:func:`value_and_jacobian`, naming ``name`` in its error messages."""
     positions, single = _normalize_argnums(argnums)
     format = _check_format(format)
     hstack = bool(hstack)
-    recorder = _trace.Recorder() if trace else None
+    recorder = _trace.Recorder(getattr(f, "__qualname__", repr(f))) if trace else None
 
     def value_and_jacobian_of_f(*args, **kwargs):
-        if recorder is not None and single:
-            recorded = _recorded(recorder, f, positions[0], args, kwargs)
+        if recorder is not None:
+            recorded = _recorded(recorder, f, positions, args, kwargs)
             if recorded is not None:
-                return recorded[0], _convert(recorded[1], format)
+                return recorded[0], _split(recorded[1], [args[positions[0]].size], single,
+                                           hstack, format)
         array, matrix, sizes = _evaluate(f, positions, args, kwargs, False, name)
         if recorder is not None:
             recorder.settled()
@@ -250,15 +254,20 @@ def _value_and_jacobian(f, argnums, format, hstack, name, trace=False):
     return value_and_jacobian_of_f
 
 
-def _recorded(recorder, f, position, args, kwargs):
+def _recorded(recorder, f, positions, args, kwargs):
     """``(value, matrix)`` of a recorded evaluation, or None for the eager way
-    (an argument other than a 1-d float64 ndarray, or what the recorder does not take)."""
+    (the reason noted by ``recorder``)."""
+    if len(positions) > 1:
+        return recorder.fallback("several arguments differentiated (argnums=%r)"
+                                 % (positions,))
+    position = positions[0]
     if not -len(args) <= position < len(args):
-        return None
+        return None    # (the eager way's error)
     position %= len(args)
     x = args[position]
     if not (type(x) is np.ndarray and x.ndim == 1 and x.dtype == np.float64):
-        return None
+        return recorder.fallback("argument %d is a %s, not a 1-d float64 ndarray"
+                                 % (position, _described(x)), refuse=False)
     rest = args[:position] + args[position + 1:]
 
     def with_x_first(traced, *others, **kw):
@@ -268,7 +277,15 @@ def _recorded(recorder, f, position, args, kwargs):
                                        kwargs)
 
 
-def jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=False):
+def _described(x):
+    """``x``'s type, with the dtype and shape of an array."""
+    kind = type(x).__name__
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return "%s of dtype %s and shape %s" % (kind, x.dtype, tuple(x.shape))
+    return kind
+
+
+def jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=True):
     """A function returning the exact sparse Jacobian of ``f``.
 
     Same parameters as :func:`value_and_jacobian`; the returned function
@@ -297,7 +314,7 @@ def jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=False):
         return value_and_jac(*args, **kwargs)[1]
 
     _name(jacobian_of_f, f, "jacobian")
-    if trace:
+    if hasattr(value_and_jac, "cache_info"):
         jacobian_of_f.cache_info = value_and_jac.cache_info
         jacobian_of_f.cache_clear = value_and_jac.cache_clear
     return jacobian_of_f

@@ -257,7 +257,7 @@ _lock = threading.Lock()
 _structures = collections.OrderedDict()
 _state = {"limit": environment_int("SPARSEGRAD_STRUCTURE_CACHE_BYTES", _DEFAULT_BYTES, 0,
                                    "bytes"),
-          "hits": 0, "misses": 0}
+          "hits": 0, "misses": 0, "clears": 0}
 
 
 def for_seed(size, device="cpu"):
@@ -351,7 +351,8 @@ def structure_cache_limit(nbytes=None):
 
 
 def clear_structure_cache():
-    """Forget every structure kept between evaluations and reset the lookup counts.
+    """Forget every structure kept between evaluations (recorded programs
+    included) and reset the lookup counts.
 
     Values seeded before keep their structure (an evaluation under way is not
     disturbed); later seeds start afresh.
@@ -364,3 +365,4 @@ def clear_structure_cache():
     """
     _drop_all()
     _state["hits"] = _state["misses"] = 0
+    _state["clears"] += 1  # (recorded programs are forgotten too: sparsegrad._trace)

@@ -40,6 +40,7 @@ array([[2.71828183, 0.        , 0.        ],
 (1, 1)
 """
 import collections
+import logging
 import threading
 
 import numpy as np
@@ -344,47 +345,109 @@ class Traced(NDArrayOperatorsMixin):
         raise Untraceable("a write")
 
 
+# ---------------------------------------------------------------- programs
+
+#: structures whose programs are kept at once, over every function
+MAX_STRUCTURES = 32
+# (a program depends on its tape's structure, the key: operations, operands,
+# lengths (those a negative index counts from among them), slices, exponents,
+# shifts; on the contents of the index arrays and on its guards on the
+# scalars, both checked at every call; not on the function, its values, its
+# scalars or its constants, read at every call.  So a function made anew at
+# every step of a time stepper, or every Newton solve's own wrapper, finds the
+# programs of the last: a structure -> its programs, each for other choices
+# by the scalars, least recently used first)
+_programs = collections.OrderedDict()
+_programs_lock = threading.Lock()
+_programs_state = {"clears": 0}
+
+
+def _programs_of(key):
+    """The programs kept for structure ``key`` (a tuple, maybe empty), made the
+    most recently used; all are forgotten after ``clear_structure_cache``."""
+    with _programs_lock:
+        if _programs_state["clears"] != _structure._state["clears"]:
+            _programs_state["clears"] = _structure._state["clears"]
+            _programs.clear()
+        variants = _programs.get(key, ())
+        if variants:
+            _programs.move_to_end(key)
+        return variants
+
+
+def _keep_program(key, program, tape):
+    """Keep ``program`` first among the programs of ``key`` (with those of the
+    same index arrays), within :data:`MAX_STRUCTURES` structures and the bytes
+    of :func:`sparsegrad.structure_cache_limit` (least recently used forgotten
+    first; the newest is kept whatever its size)."""
+    with _programs_lock:
+        variants = _programs.get(key, ())
+        _programs[key] = (program,) + tuple(
+            v for v in variants if v.same_indexes(tape))[:_VARIANTS - 1]
+        _programs.move_to_end(key)
+        limit = _structure.structure_cache_limit()
+        while len(_programs) > 1 and (len(_programs) > MAX_STRUCTURES
+                                      or _held(_programs) > limit):
+            _programs.popitem(last=False)
+
+
+def _held(keys):
+    """The bytes of the programs kept for ``keys``."""
+    return sum(p.nbytes for key in keys for p in _programs.get(key, ()))
+
+
 # ---------------------------------------------------------------- recorder
 
 #: hits (a program found and run), misses (a program compiled), fallbacks
-#: (calls that went the eager way), programs held and their bytes
+#: (calls that went the eager way), the programs kept for the structures the
+#: function's calls recorded and their bytes, and why the latest call went
+#: the eager way (None: it was recorded)
 RecorderInfo = collections.namedtuple("RecorderInfo",
-                                      "hits misses fallbacks programs nbytes")
+                                      "hits misses fallbacks programs nbytes reason",
+                                      defaults=(None,))
+
+_log = logging.getLogger("sparsegrad")
 
 
 class Recorder:
-    """The programs of one function, for at most ``capacity`` structures (each
-    with up to ``_VARIANTS`` programs for other choices by its scalars) and at
-    most :func:`sparsegrad.structure_cache_limit` bytes (least recently used
-    forgotten first; the newest is kept whatever its size), and its counts.
+    """The recorded evaluation of one function: its counts, why it is not
+    recorded (if so), and the structures its calls recorded (their programs
+    are kept for every function at once, see :data:`MAX_STRUCTURES`).
 
     ``value_and_jacobian(f, x, args, kwargs)`` returns ``(value, csr_matrix)``
-    or None when the call must go the eager way.
+    or None when the call must go the eager way; :meth:`fallback` counts a
+    call that goes the eager way before reaching it, with the reason.
     """
 
-    def __init__(self, capacity=4):
-        self.capacity = capacity
-        self._programs = collections.OrderedDict()
+    def __init__(self, name="f"):
+        self.name = name
+        self._keys = collections.OrderedDict()   # structures recorded, as a set
         self._lock = threading.Lock()
         self._hits = self._misses = self._fallbacks = 0
         self._refused = None      # why the function is not recorded (None: it is)
+        self._reason = None       # why the latest call that went the eager way did
         self._keep = None         # the nodes whose values the last program read
         self._indexes = ()        # the copies of the index arrays it read
         self._error_seen = None   # an error of the function on light values
 
     def info(self):
+        with _programs_lock:
+            keys = [key for key in self._keys if key in _programs]
+            programs = sum(len(_programs[key]) for key in keys)
+            nbytes = _held(keys)
         with self._lock:
-            return RecorderInfo(self._hits, self._misses, self._fallbacks,
-                                sum(len(v) for v in self._programs.values()), self._nbytes())
-
-    def _nbytes(self):
-        return sum(p.nbytes for variants in self._programs.values() for p in variants)
+            return RecorderInfo(self._hits, self._misses, self._fallbacks, programs, nbytes,
+                                self._reason)
 
     def clear(self):
+        """Forget the counts, the refusal and the programs of this function's structures."""
+        with _programs_lock:
+            for key in self._keys:
+                _programs.pop(key, None)
         with self._lock:
-            self._programs.clear()
+            self._keys.clear()
             self._hits = self._misses = self._fallbacks = 0
-            self._refused = None
+            self._refused = self._reason = None
             self._keep = None
             self._indexes = ()
             self._error_seen = None
@@ -394,15 +457,25 @@ class Recorder:
         """Why calls go the eager way (the first operation not recorded), or None."""
         return self._refused
 
-    def _fallback(self, reason=""):
-        """None (the call goes the eager way), refusing the function when
-        ``reason`` says why (an empty reason: an error the eager way raises
-        again, see :meth:`settled`)."""
+    def fallback(self, reason, refuse=True):
+        """None (the call goes the eager way, for ``reason``), counted and logged
+        (at debug level, logger ``"sparsegrad"``); ``refuse``: later calls go
+        the eager way at once."""
         with self._lock:
             self._fallbacks += 1
-            if reason and self._refused is None:
+            self._reason = reason
+            if refuse and self._refused is None:
                 self._refused = reason
+        _log.debug("%s: evaluated by forward.seed, not recorded: %s", self.name, reason)
         return None
+
+    def _fallback(self, reason=""):
+        """:meth:`fallback`, refusing the function when ``reason`` says why (an
+        empty reason: an error the eager way raises again, see :meth:`settled`)."""
+        if reason:
+            return self.fallback(reason)
+        return self.fallback("an error of the function on light values (%s)"
+                             % self._error_seen, refuse=False)
 
     def _trace(self, f, x, args, kwargs, keep):
         """``(tape, result)`` of ``f`` on light values, or a reason (str) why not."""
@@ -432,7 +505,7 @@ class Recorder:
         # before this call returns)
         x = np.ascontiguousarray(x, dtype=np.float64)
         if not x.shape[0]:
-            return self._fallback()
+            return self.fallback("an empty argument", refuse=False)
         traced = self._trace(f, x, args, kwargs, self._keep)
         if type(traced) is str:
             return self._fallback(traced)
@@ -443,10 +516,7 @@ class Recorder:
         # on its guards on the scalars, both checked at every call; not on
         # the values, the scalars or the constants, read at every call)
         key = tape.structure(result.node)
-        with self._lock:
-            variants = self._programs.get(key, ())
-            if variants:
-                self._programs.move_to_end(key)
+        variants = _programs_of(key)
         # (a program's guards on the scalars may not hold where another call's
         # scalars chose another sum: a variant for these is compiled, and kept
         # beside it, so that scalars that alternate find theirs)
@@ -466,20 +536,17 @@ class Recorder:
                 # (a case the compiler does not know: the eager way's answer,
                 # not an error of the recorder's)
                 return self._fallback("the compiler's %s: %s" % (type(exc).__name__, exc))
+            _keep_program(key, program, tape)
             with self._lock:
                 self._misses += 1
-                self._programs[key] = (program,) + tuple(
-                    v for v in variants if v.same_indexes(tape))[:_VARIANTS - 1]
-                self._programs.move_to_end(key)
-                # (at most `capacity` structures, and no more bytes than the
-                # structure cache may hold, the newest kept whatever its size)
-                limit = _structure.structure_cache_limit()
-                while len(self._programs) > 1 and (
-                        len(self._programs) > self.capacity or self._nbytes() > limit):
-                    self._programs.popitem(last=False)
         else:
             with self._lock:
                 self._hits += 1
+        with self._lock:
+            self._keys[key] = None
+            self._keys.move_to_end(key)
+            if len(self._keys) > MAX_STRUCTURES:
+                self._keys.popitem(last=False)
         if not tape.holds(program.needed):
             # (another path than the last call's: its values were not all kept;
             # the function runs again, keeping them)
@@ -487,17 +554,18 @@ class Recorder:
             if type(traced) is str:
                 return self._fallback(traced)
             if traced[0].structure(traced[1].node) != key:
-                return self._fallback()
+                return self._fallback("a path that changed when run again")
             tape, result = traced
         scalars = program.scalars(tape)
         if scalars is None:
-            return self._fallback()
+            return self.fallback("scalars whose guards changed when run again", refuse=False)
         try:
             data = program.run(tape, scalars)
         except ValueError as exc:
             # (run_program checks every address it reads and writes: a program
             # that fails them is refused, and the eager way answers)
             return self._fallback("a program that failed its checks: %s" % exc)
+        self._reason = None
         self._keep = program.needed
         self._indexes = program.index_copies
         # (the pattern's arrays are the program's, read-only, shared by every

@@ -229,7 +229,7 @@ def _norm(v):
 def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
            linear_solver="direct", linear_options=None, line_search=True,
            min_damping=1e-4, divtol=1e8, verbose=False, callback=None,
-           sensitivity=False, trace=False):
+           sensitivity=False, trace=True):
     """Solve ``F(x) = 0`` by Newton's method with the exact sparse Jacobian.
 
     Parameters
@@ -237,7 +237,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     F : callable
         ``F(x, *args)``, ordinary numpy code returning an array with
         ``x0.size`` elements (a square system).  It is called with forward
-        values to get the Jacobian (light values with ``trace=True``) and
+        values to get the Jacobian (light values when recorded) and
         with plain arrays in the line search.
     x0 : array_like
         Starting point, any shape; ``F`` receives arrays of this shape.
@@ -300,12 +300,14 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         ``success=False``, status -6, and ``x`` is the converged solution as
         a plain array (the message says how it converged).
     trace : bool, optional
-        Evaluate the Jacobians by a recorded program
-        (:func:`sparsegrad.value_and_jacobian` with ``trace=True``): for a
-        1-d ``x0`` and an ``F`` of elementwise operations, reads and
-        concatenations, each Jacobian after the first costs a fraction of
-        ``forward.seed``'s; any other ``F`` is evaluated the usual way (``F``
-        may then run twice at the first evaluation).
+        Evaluate the Jacobians by a recorded program (default; as
+        :func:`sparsegrad.value_and_jacobian`): for a 1-d ``x0`` and an
+        ``F`` of elementwise operations, reads and concatenations, each
+        Jacobian after the first costs a fraction of ``forward.seed``'s, and
+        later solves of the same structure (a time stepper's) reuse the
+        program; any other ``F`` is evaluated by ``forward.seed`` (``F`` may
+        then run twice at the first evaluation).  ``False``: ``forward.seed``
+        at every evaluation.
 
     Returns
     -------

@@ -8,6 +8,8 @@ scalars and shapes between calls.  ``run_program`` runs the same cases
 compiled and as its numpy reference.  ``tests/test_trace_parity.py`` goes
 through every rule, operand and special value.
 """
+import logging
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -21,7 +23,7 @@ OPS = {name: number for number, name in enumerate(reference.PROGRAM_OPS)}
 
 
 def eager(f, x, *args):
-    return sparsegrad.value_and_jacobian(f)(x, *args)
+    return sparsegrad.value_and_jacobian(f, trace=False)(x, *args)
 
 
 def canonical(J):
@@ -311,10 +313,10 @@ def test_matrices_share_a_read_only_pattern():
 def test_programs_are_bounded_and_cleared():
     f = lambda x: x[1:] * x[:-1]
     g = sparsegrad.value_and_jacobian(f, trace=True)
-    for n in range(3, 10):
+    for n in range(3, 6 + _trace.MAX_STRUCTURES):
         g(np.ones(n))
     info = g.cache_info()
-    assert info.programs == _trace.Recorder().capacity and info.nbytes > 0
+    assert info.programs == _trace.MAX_STRUCTURES and info.nbytes > 0
     g.cache_clear()
     assert g.cache_info() == _trace.RecorderInfo(0, 0, 0, 0, 0)
     # and by the structure cache's byte limit (the newest program kept)
@@ -418,7 +420,73 @@ def test_arguments_formats_and_the_seed_untouched():
     g = sparsegrad.value_and_jacobian(lambda x: x * x, trace=True)
     g(np.ones((2, 2)))
     g([1.0, 2.0])
-    assert g.cache_info() == _trace.RecorderInfo(0, 0, 0, 0, 0)
+    info = g.cache_info()
+    assert (info.hits, info.misses, info.fallbacks, info.programs) == (0, 0, 2, 0)
+    assert info.reason == "argument 0 is a list, not a 1-d float64 ndarray"
+    g(np.ones(2))                 # (not refused: recorded, by dense's program)
+    info = g.cache_info()
+    assert (info.hits, info.misses, info.reason) == (1, 0, None)
+
+
+# ---------------------------------------------------------------- the default engine
+
+def test_recorded_by_default_and_eager_on_request():
+    f = lambda x: np.exp(x[1:]) * x[:-1]
+    J = sparsegrad.jacobian(f)
+    for _ in range(2):
+        J(POSITIVE)
+    assert (J.cache_info().misses, J.cache_info().hits) in ((1, 1), (0, 2))
+    g = sparsegrad.value_and_jacobian(f)
+    value, matrix = g(POSITIVE)
+    assert_same_as_eager(f, POSITIVE, value, matrix)
+    assert not hasattr(sparsegrad.jacobian(f, trace=False), "cache_info")
+
+
+def test_why_a_call_went_the_eager_way_is_public(caplog):
+    g = sparsegrad.value_and_jacobian(lambda x: x.reshape(3, -1).sum(axis=0))
+    with caplog.at_level(logging.DEBUG, logger="sparsegrad"):
+        g(POSITIVE)
+        g(POSITIVE)
+    info = g.cache_info()
+    assert info.fallbacks == 2 and info.reason == "the attribute 'reshape'"
+    assert [r.getMessage().endswith("not recorded: the attribute 'reshape'")
+            for r in caplog.records] == [True, True]
+    h = sparsegrad.jacobian(lambda x, y: x * y, argnums=(0, 1))
+    h(POSITIVE, POSITIVE)
+    assert h.cache_info().reason == "several arguments differentiated (argnums=(0, 1))"
+
+
+def test_programs_are_kept_by_structure_across_functions(monkeypatch):
+    compiled = []
+
+    def counting(tape, node):
+        compiled.append(node)
+        return _trace.compile_tape.__wrapped__(tape, node)
+
+    counting.__wrapped__ = _trace.compile_tape
+    monkeypatch.setattr(_trace, "compile_tape", counting)
+    sparsegrad.clear_structure_cache()
+
+    def step(u_old, dt):
+        # (a new closure at every step, as a time stepper makes)
+        return lambda u: u - u_old - dt * (u[np.r_[1:len(u), 0]] - u) ** 2
+
+    u = POSITIVE
+    for _ in range(3):
+        u = sparsegrad.optimize.newton(step(u, 0.01), u, tol=1e-12).x
+    assert len(compiled) == 1
+    # a function's own programs are forgotten by its cache_clear, every
+    # program by clear_structure_cache
+    g = sparsegrad.value_and_jacobian(step(u, 0.01))
+    g(u)
+    assert g.cache_info().programs == 1 and len(compiled) == 1
+    sparsegrad.clear_structure_cache()
+    g(u)
+    assert len(compiled) == 2
+    g.cache_clear()
+    assert g.cache_info().programs == 0
+    g(u)
+    assert len(compiled) == 3
 
 
 def test_benchmark_problems_recorded():
