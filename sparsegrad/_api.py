@@ -181,11 +181,12 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=Tru
         structure (operations, shapes, index arrays) compiles a program,
         later ones, of this or any function, run it.  Scalars may change
         between calls; a changed path or index array is detected and
-        compiled anew.  Recorded: one differentiated 1-d float64 argument,
-        elementwise ufuncs (``+ - * /``, ``**`` by a constant, ``exp``,
+        compiled anew.  Recorded: one differentiated float64 argument (not
+        0-d), elementwise ufuncs (``+ - * /``, ``**`` by a constant, ``exp``,
         ``log``, ``sqrt``, ``sin``, ``cos``, ``tanh``, ...), comparisons and
-        ``np.where``, reads by slices and integer arrays, ``np.roll`` and
-        ``np.concatenate``.  A call that uses anything else is computed by
+        ``np.where``, ``reshape`` and ``ravel``, reads by slices, ints and
+        integer arrays, ``np.pad`` by zeros, ``np.roll`` and
+        ``np.concatenate`` of 1-d values.  A call that uses anything else is computed by
         :func:`sparsegrad.forward.seed` (``f`` may then run twice in that
         call, and later calls go that way at once); ``cache_info().reason``
         says why, and a debug-level message is logged on the
@@ -265,9 +266,9 @@ def _recorded(recorder, f, positions, args, kwargs):
         return None    # (the eager way's error)
     position %= len(args)
     x = args[position]
-    if not (type(x) is np.ndarray and x.ndim == 1 and x.dtype == np.float64):
-        return recorder.fallback("argument %d is a %s, not a 1-d float64 ndarray"
-                                 % (position, _described(x)), refuse=False)
+    if not (type(x) is np.ndarray and x.ndim and x.dtype == np.float64):
+        return recorder.fallback("argument %d is a %s, not a float64 ndarray of 1 or more "
+                                 "dimensions" % (position, _described(x)), refuse=False)
     rest = args[:position] + args[position + 1:]
 
     def with_x_first(traced, *others, **kw):

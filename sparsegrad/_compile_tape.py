@@ -40,6 +40,7 @@ import numpy as np
 
 from . import _fast
 from . import _jacobian
+from ._indexing import slice_key
 from ._jacobian import _index_dtype
 from ._ufunc_rules import DERIVATIVES
 
@@ -781,21 +782,30 @@ class _Reads:
 
 # ---------------------------------------------------------------- propagation
 
-def _broadcast(E, e, n, rows):
-    """Expression ``e`` of ``n`` rows read at ``rows`` rows (numpy's broadcast of
-    a length-1 operand)."""
-    if n == rows or E.scalar(e):
+def _broadcast_rows(E, shape, out):
+    """The number of the array of the rows that numpy's broadcast of a value of
+    ``shape`` to ``out`` reads (C order)."""
+    def rows():
+        size = int(np.prod(shape, dtype=np.int64))
+        return np.broadcast_to(np.arange(size).reshape(shape), out).ravel().astype(np.int64)
+    return E.array(("broadcast", shape, out), rows)
+
+
+def _broadcast(E, e, shape, out):
+    """Expression ``e`` of a value of ``shape`` read as numpy broadcasts it to
+    ``out``."""
+    if shape == out or E.scalar(e):
         return e
-    zeros = E.array(("zeros", rows), lambda: np.zeros(rows, dtype=np.int64))
-    return E.compose(e, (zeros, 0, 1, 0), rows)
+    size = int(np.prod(out, dtype=np.int64))
+    return E.compose(e, (_broadcast_rows(E, shape, out), 0, 1, 0), size)
 
 
-def _operand(E, tape, structure, rows):
-    """The expression of an operand, at ``rows`` rows."""
+def _operand(E, tape, structure, shape):
+    """The expression of an operand, broadcast to ``shape``."""
     kind, k = structure
     if kind == "p":
         return E.make(("param", k))
-    return _broadcast(E, E.value(k), tape.lengths[k], rows)
+    return _broadcast(E, E.value(k), tape.shapes[k], shape)
 
 
 #: the values recomputed in a program rather than read, by ufunc: numpy's own
@@ -844,9 +854,14 @@ def _inline(E, tape, node, entry):
         _, index = _gathered(E, tape, entry)
         E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0),
                                    tape.lengths[node])
+    elif kind == "reshape":
+        E.values[node] = E.value(entry[1])
+    elif kind == "basic":
+        index = _basic_rows(E, tape, entry)
+        E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0), tape.lengths[node])
     elif kind == "ufunc" and entry[1] in _CHEAP:
-        rows = tape.lengths[node]
-        e = _CHEAP[entry[1]](E, *(_operand(E, tape, s, rows) for s in entry[2]))
+        shape = tape.shapes[node]
+        e = _CHEAP[entry[1]](E, *(_operand(E, tape, s, shape) for s in entry[2]))
         if E.size(e) <= _INLINE_BUDGET and not E.scalar(e):
             E.values[node] = e
 
@@ -866,9 +881,9 @@ def _differentiated(E, A, tape, node, entry, J):
     forwards = [i for i, (kind, k) in enumerate(structures) if kind == "n" and J[k] is not None]
     if not forwards:
         return None
-    rows = tape.lengths[node]
+    rows, shape = tape.lengths[node], tape.shapes[node]
     E.rows = rows
-    operands = [_Sym(E, _operand(E, tape, s, rows)) for s in structures] + list(extra)
+    operands = [_Sym(E, _operand(E, tape, s, shape)) for s in structures] + list(extra)
     out = _Sym(E, E.value(node))
     partials = DERIVATIVES[ufunc]
     terms = []
@@ -885,7 +900,7 @@ def _differentiated(E, A, tape, node, entry, J):
             factor = partial.e
         else:
             factor = _symbolic(E, partial)
-        operand = _broadcast_jacobian(E, A, tape, J, structures[i][1], rows)
+        operand = _broadcast_jacobian(E, A, tape, J, structures[i][1], shape)
         terms.append(A.scale(operand, factor, not E.scalar(factor)))
     return terms[0] if len(terms) == 1 else A.add(terms)
 
@@ -894,28 +909,57 @@ def _where(E, A, tape, node, entry, J):
     """``np.where``'s Jacobian as the eager way's ``select``: each forward
     branch broadcast, its rows of the other branch masked, summed."""
     _, condition, a, b = entry
-    rows = tape.lengths[node]
+    shape = tape.shapes[node]
     forwards = [(i, s[1]) for i, s in enumerate((a, b)) if s[0] == "n" and J[s[1]] is not None]
     if not forwards:
         return None
     if a == b:
-        return _broadcast_jacobian(E, A, tape, J, a[1], rows)
-    chosen = _operand(E, tape, condition, rows)
+        return _broadcast_jacobian(E, A, tape, J, a[1], shape)
+    chosen = _operand(E, tape, condition, shape)
     # (not chosen: 1 - chosen, 0.0 or 1.0 exactly)
     masks = (chosen, E.arith("subtract", E.lit(1.0), chosen))
-    return A.add([A.mask_rows(_broadcast_jacobian(E, A, tape, J, k, rows), masks[i])
+    return A.add([A.mask_rows(_broadcast_jacobian(E, A, tape, J, k, shape), masks[i])
                   for i, k in forwards])
 
 
-def _broadcast_jacobian(E, A, tape, J, k, rows):
-    """The Jacobian of node ``k`` broadcast to ``rows`` rows (as the eager
-    way's ``broadcast_jacobian``: a read of row 0 by every row, named by the
-    two shapes)."""
-    n = tape.lengths[k]
-    if n == rows:
+def _broadcast_jacobian(E, A, tape, J, k, shape):
+    """The Jacobian of node ``k`` broadcast to ``shape`` (as the eager way's
+    ``broadcast_jacobian``: the rows numpy's broadcast reads, named by the two
+    shapes)."""
+    if tape.shapes[k] == shape:
         return J[k]
-    zeros = E.array(("zeros", rows), lambda: np.zeros(rows, dtype=np.int64))
-    return A.take_rows(J[k], E.arrays[zeros], ("broadcast", (n,), (rows,)), index=zeros)
+    index = _broadcast_rows(E, tape.shapes[k], shape)
+    return A.take_rows(J[k], E.arrays[index], ("broadcast", tape.shapes[k], shape),
+                       index=index)
+
+
+def _basic_key(form):
+    """The key of a read by ints, slices, None and Ellipsis (see
+    :func:`sparsegrad._trace._basic_form`)."""
+    return tuple(slice(*part[1:]) if type(part) is tuple else part for part in form)
+
+
+def _basic_rows(E, tape, entry):
+    """The number of the array of the rows that a read by a basic key reads."""
+    _, source, form = entry
+    shape = tape.shapes[source]
+    return E.array(("basic", shape, form), lambda: np.arange(
+        tape.lengths[source], dtype=np.int64).reshape(shape)[_basic_key(form)].ravel())
+
+
+def _pad_rows(E, tape, entry):
+    """``(rows, index)``: the rows that ``np.pad`` by zeros reads (-1: a zero),
+    and the number of their array with -1 read as 0."""
+    _, source, widths = entry
+    shape = tape.shapes[source]
+    rows = np.pad(np.arange(tape.lengths[source], dtype=np.int64).reshape(shape),
+                  _lists(widths), constant_values=-1).ravel()
+    return rows, E.array(("pad", shape, widths), lambda: np.maximum(rows, 0))
+
+
+def _lists(nested):
+    """Tuples nested in ``nested`` as lists (numpy's form of pad widths)."""
+    return [_lists(v) for v in nested] if type(nested) is tuple else nested
 
 
 def _propagate(E, A, tape):
@@ -927,7 +971,7 @@ def _propagate(E, A, tape):
         kind = entry[0]
         _inline(E, tape, node, entry)
         if kind == "seed":
-            J.append(A.identity(entry[1]))
+            J.append(A.identity(tape.lengths[0]))
         elif kind in ("const", "mask"):
             J.append(None)
         elif kind == "slice":
@@ -938,6 +982,21 @@ def _propagate(E, A, tape):
         elif kind in ("gather", "roll"):
             key, index = _gathered(E, tape, entry)
             J.append(A.take_rows(J[entry[1]], E.arrays[index], key, index=index))
+        elif kind == "reshape":
+            # (the eager way's reshape in C order keeps the Jacobian)
+            J.append(J[entry[1]])
+        elif kind == "basic":
+            index = _basic_rows(E, tape, entry)
+            source = entry[1]
+            # (named as the eager way names the read: None, a matrix of its own,
+            # for a key with None or Ellipsis)
+            key = slice_key(tape.shapes[source], _basic_key(entry[2]))
+            J.append(A.take_rows(J[source], E.arrays[index], key, index=index))
+        elif kind == "pad":
+            rows, index = _pad_rows(E, tape, entry)
+            source = entry[1]
+            key = ("pad", entry[2], tape.shapes[source])
+            J.append(A.take_rows(A.vstack([J[source]]), rows, key, index=index))
         elif kind == "concatenate":
             J.append(_concatenated(E, A, tape, entry, J))
         elif kind == "where":

@@ -24,7 +24,7 @@ copies at every read, as the eager path does: an array written in place,
 between calls or between two reads, is caught), and the call's scalars
 (``g * eta``, ``dt``: read at every call) choose as the program's guards say.
 The program's result is the eager way's, bit for bit.  Anything the recorder
-does not take (another numpy function, a 2-d value, a branch on a value, an
+does not take (another numpy function, a transpose, a branch on a value, an
 error raised by ``f``, what the compiler refuses) makes the call go the eager
 way (``forward.seed``); the function may then run twice in that call.
 
@@ -86,13 +86,14 @@ class Tape:
     their memory is reused while it is still in the cache.
     """
 
-    __slots__ = ("entries", "values", "lengths", "params", "indexes", "keep", "_index_ids",
-                 "_known_indexes")
+    __slots__ = ("entries", "values", "lengths", "shapes", "params", "indexes", "keep",
+                 "_index_ids", "_known_indexes")
 
     def __init__(self, x, keep=None, known_indexes=()):
-        self.entries = [("seed", x.shape[0])]
-        self.values = [x]
-        self.lengths = [x.shape[0]]
+        self.entries = [("seed", x.shape)]
+        self.values = [x.reshape(-1)]
+        self.lengths = [x.size]
+        self.shapes = [x.shape]
         self.params = []
         self.indexes = []
         self.keep = keep
@@ -107,19 +108,23 @@ class Tape:
     def _node(self, entry, value):
         node = len(self.entries)
         self.entries.append(entry)
-        self.values.append(value if self.keep is None or node in self.keep else None)
-        self.lengths.append(value.shape[0])
+        # (a program reads a node's values in C order: an n-d value's as one
+        # vector, a view of it where numpy made it contiguous)
+        self.values.append((value if value.ndim == 1 else value.reshape(-1))
+                           if self.keep is None or node in self.keep else None)
+        self.lengths.append(value.size)
+        self.shapes.append(value.shape)
         return node
 
     def add(self, entry, value, dtype=_FLOAT64):
         """A node of a value of ``dtype`` (float64, or bool for a mask)."""
-        if value.dtype != dtype or value.ndim != 1:
+        if value.dtype != dtype or value.ndim == 0:
             raise Untraceable("a result of dtype %s and shape %s" % (value.dtype, value.shape))
         return Traced(value, self._node(entry, value), self)
 
     def constant(self, array):
         """Node of a constant float64 or bool array (its values read at every call)."""
-        return self._node(("const", array.shape[0]), array)
+        return self._node(("const", array.shape), array)
 
     def index(self, array):
         """The number of an index array read now, whose entries as they are now
@@ -168,6 +173,46 @@ def _plain_integer(x):
     return None
 
 
+def _basic_form(key):
+    """``key`` of ints, slices (of ints and None), None and Ellipsis, as a
+    hashable tuple that :func:`sparsegrad._compile_tape` turns back into it;
+    None for another key."""
+    form = []
+    for part in key if type(key) is tuple else (key,):
+        if part is None or part is Ellipsis:
+            form.append(part)
+        elif _plain_integer(part) is not None:
+            form.append(_plain_integer(part))
+        elif type(part) is slice and all(b is None or _plain_integer(b) is not None
+                                         for b in (part.start, part.stop, part.step)):
+            form.append(("slice",) + tuple(b if b is None else _plain_integer(b)
+                                           for b in (part.start, part.stop, part.step)))
+        else:
+            return None
+    return tuple(form)
+
+
+def _is_basic_tuple(key):
+    """Whether ``key`` is a tuple, None or Ellipsis (a 1-d value's basic read of
+    another form than one slice)."""
+    return type(key) is tuple or key is None or key is Ellipsis
+
+
+def _plain_widths(widths):
+    """``np.pad``'s widths as ints or nested tuples and lists of ints, else None."""
+    if _plain_integer(widths) is not None:
+        return _plain_integer(widths)
+    if type(widths) in (tuple, list):
+        parts = [_plain_widths(w) for w in widths]
+        return None if None in parts else parts
+    return None
+
+
+def _hashable(nested):
+    """Lists nested in ``nested`` as tuples."""
+    return tuple(_hashable(v) for v in nested) if type(nested) is list else nested
+
+
 def _operators(ufunc):
     """The operator and its reflection of a binary ufunc, for :class:`Traced`."""
     def operator(self, other):
@@ -179,14 +224,17 @@ def _operators(ufunc):
 
 
 class Traced(NDArrayOperatorsMixin):
-    """A light value: a 1-d float64 (or bool) ndarray and its node on a :class:`Tape`.
+    """A light value: a float64 (or bool) ndarray, not 0-d, and its node on a
+    :class:`Tape` (which holds its values as one C-order vector).
 
     Takes the elementwise ufuncs of the eager way's rule table
     (``sparsegrad._ufunc_rules.DERIVATIVES``; power by a scalar),
     comparisons and logical operations (bool masks, without derivative) and
-    ``np.where`` of a mask, operands broadcast as numpy's, reads by slices,
-    integer arrays and lists, ``np.roll`` by an integer and
-    ``np.concatenate``; anything else raises :class:`Untraceable`.
+    ``np.where`` of a mask, operands broadcast as numpy's, ``reshape`` and
+    ``ravel`` in C order, reads by ints, slices, None and Ellipsis, ``np.pad``
+    by zeros, and of 1-d values reads by integer arrays and lists,
+    ``np.roll`` by an integer and ``np.concatenate``; anything else raises
+    :class:`Untraceable`.
     """
 
     __slots__ = ("value", "node", "tape")
@@ -198,7 +246,7 @@ class Traced(NDArrayOperatorsMixin):
 
     shape = property(lambda self: self.value.shape)
     size = property(lambda self: self.value.size)
-    ndim = property(lambda self: 1)
+    ndim = property(lambda self: self.value.ndim)
     dtype = property(lambda self: _FLOAT64)
 
     def __len__(self):
@@ -215,8 +263,8 @@ class Traced(NDArrayOperatorsMixin):
         if precise is not None:
             tape.params.append(precise)
             return ("p", len(tape.params) - 1), x
-        if type(x) is np.ndarray and x.dtype in _VALUE_DTYPES and x.ndim == 1:
-            # (of any length numpy broadcasts: the result's, or 1)
+        if type(x) is np.ndarray and x.dtype in _VALUE_DTYPES and x.ndim:
+            # (of any shape numpy broadcasts)
             return ("n", tape.constant(x)), x
         raise Untraceable("an operand of type %s" % type(x).__name__)
 
@@ -266,6 +314,8 @@ class Traced(NDArrayOperatorsMixin):
         return self._apply(np.negative, (self,))
 
     def __getitem__(self, key):
+        if self.value.ndim != 1 or _is_basic_tuple(key):
+            return self._basic(key)
         n = self.value.shape[0]
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
@@ -284,12 +334,58 @@ class Traced(NDArrayOperatorsMixin):
         return self.tape.add(("gather", self.node, self.tape.index(key), key.shape[0], name),
                              value)
 
+    def _basic(self, key):
+        """``self[key]`` by ints, slices, None and Ellipsis: a gather by the
+        rows the key reads, which the key and the shape decide."""
+        form = _basic_form(key)
+        if form is None:
+            raise Untraceable("a read of an n-d value by other than ints, slices, None "
+                              "and Ellipsis")
+        value = self.value[key]      # (numpy's IndexError)
+        if value.ndim == 0:
+            raise Untraceable("a read of one element")
+        return self.tape.add(("basic", self.node, form), value)
+
+    def reshape(self, *shape, order="C"):
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = shape[0]
+        return self._reshaped(np.reshape(self.value, shape, order=order), order)
+
+    def ravel(self, order="C"):
+        return self._reshaped(np.ravel(self.value, order=order), order)
+
+    def _reshaped(self, value, order):
+        """A reshape of this value in C order: its Jacobian as it is, the
+        values in the same order."""
+        if order != "C":
+            raise Untraceable("a reshape in order %r" % (order,))
+        return self.tape.add(("reshape", self.node, value.shape), value)
+
+    @property
+    def T(self):
+        raise Untraceable("a transpose")
+
     def __array_function__(self, func, types, args, kwargs):
+        if func is np.reshape or func is np.ravel:
+            a, rest = (args[0], args[1:]) if args else (kwargs.get("a"), ())
+            keywords = {k: v for k, v in kwargs.items() if k != "a"}
+            if type(a) is Traced and a.tape is self.tape:
+                if func is np.ravel and set(keywords) <= {"order"}:
+                    return a.ravel(*rest, **keywords)
+                if func is np.reshape and set(keywords) <= {"order", "shape"}:
+                    if "shape" in keywords:
+                        rest = (keywords.pop("shape"),) + rest
+                    return a.reshape(*rest, **keywords)
+            raise Untraceable("np.%s other than of a value" % func.__name__)
+        if func is np.pad:
+            return self._pad(*args, **kwargs)
         if func is np.concatenate and len(args) == 1 and (
                 not kwargs or set(kwargs) == {"axis"} and type(kwargs["axis"]) is int
                 and kwargs["axis"] == 0):
             parts, values = [], []
             for part in args[0]:
+                if getattr(part, "ndim", 1) != 1:
+                    raise Untraceable("np.concatenate of n-d values")
                 if type(part) is Traced and part.tape is self.tape:
                     parts.append(part.node)
                     values.append(part.value)
@@ -312,6 +408,7 @@ class Traced(NDArrayOperatorsMixin):
             shift = _plain_integer(shift)
             axis = kwargs.get("axis", 0)
             if (type(a) is Traced and a.tape is self.tape and shift is not None
+                    and a.value.ndim == 1
                     and set(kwargs) <= {"axis"} and (axis is None or _plain_integer(axis) == 0)):
                 n = a.value.shape[0]
                 # (a gather by a map the shift decides: structure, no index array;
@@ -321,6 +418,20 @@ class Traced(NDArrayOperatorsMixin):
                                      np.roll(a.value, shift, **kwargs))
             raise Untraceable("np.roll other than of a value by an integer")
         raise Untraceable(getattr(func, "__name__", str(func)))
+
+    def _pad(self, array, pad_width, mode="constant", **kwargs):
+        """``np.pad`` by zeros: a gather whose rows the pad widths and the shape
+        decide, the zeros added empty rows."""
+        if type(array) is not Traced or array.tape is not self.tape or mode != "constant" \
+                or kwargs:
+            raise Untraceable("np.pad other than of a value by zeros")
+        widths = _plain_widths(pad_width)
+        if widths is None:
+            raise Untraceable("np.pad by widths other than ints")
+        value = np.pad(array.value, widths)
+        # (the widths as the eager way keys them: numpy's array of them as lists)
+        widths = np.asarray(widths).tolist()
+        return self.tape.add(("pad", array.node, _hashable(widths)), value)
 
     def __getattr__(self, name):
         # (a method of ndarrays the light values do not have -- reshape, sum,
@@ -490,7 +601,7 @@ class Recorder:
             self._error_seen = "%s: %s" % (type(exc).__name__, exc)
             return ""
         if type(result) is not Traced or result.tape is not tape:
-            return "a result that is not a 1-d value of the argument"
+            return "a result that is not a value of the argument"
         return tape, result
 
     @pooled
@@ -504,7 +615,7 @@ class Recorder:
         # (no copy: the light values never write to x, and the program reads it
         # before this call returns)
         x = np.ascontiguousarray(x, dtype=np.float64)
-        if not x.shape[0]:
+        if not x.size:
             return self.fallback("an empty argument", refuse=False)
         traced = self._trace(f, x, args, kwargs, self._keep)
         if type(traced) is str:

@@ -301,8 +301,8 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         a plain array (the message says how it converged).
     trace : bool, optional
         Evaluate the Jacobians by a recorded program (default; as
-        :func:`sparsegrad.value_and_jacobian`): for a 1-d ``x0`` and an
-        ``F`` of elementwise operations, reads and concatenations, each
+        :func:`sparsegrad.value_and_jacobian`): for an ``F`` of elementwise
+        operations, reshapes, reads, padding and concatenations, each
         Jacobian after the first costs a fraction of ``forward.seed``'s, and
         later solves of the same structure (a time stepper's) reuse the
         program; any other ``F`` is evaluated by ``forward.seed`` (``F`` may

@@ -347,3 +347,57 @@ def test_an_error_of_the_compiler_goes_the_eager_way(monkeypatch):
     sparsegrad.clear_structure_cache()      # (no program of another test's)
     g = check(lambda x: x[1:] * x[:-1], recorded=False)
     assert "compiler's TypeError" in g.cache_info.__self__.refused
+
+
+# ---------------------------------------------------------------- n-d values
+
+COLUMN = np.linspace(0.5, 2.0, 7).reshape(7, 1)
+
+
+def bratu(x):
+    u = x.reshape(2, 7)
+    U = np.pad(u, 1)
+    return ((U[:-2, 1:-1] + U[2:, 1:-1] + U[1:-1, :-2] + U[1:-1, 2:] - 4 * u) * 49.0
+            + 6.0 * np.exp(u)).ravel()
+
+
+@pytest.mark.parametrize("f", [
+    bratu,
+    lambda x: np.sin(x.reshape(2, 7)) * x.reshape(2, 7)[::-1],
+    lambda x: np.reshape(x, (7, 2))[1:, 0] * np.ravel(x.reshape(2, -1))[:6],
+    lambda x: np.reshape(x, shape=(2, 7))[..., 2:5] ** 2,
+    lambda x: x.reshape(2, 7)[None, :, 1] - x.reshape(14, 1)[3:5, 0],
+    lambda x: x.reshape(7, 2) * COLUMN + x.reshape(7, 2)[:, :1],     # broadcasts
+    lambda x: np.exp(x.reshape(1, 14)) / x.reshape(14, 1)[:3],       # an outer one
+    lambda x: np.where(x.reshape(2, 7) > 0, x.reshape(2, 7), x.reshape(2, 7)[:1]),
+    lambda x: np.pad(x.reshape(7, 2) ** 2, ((1, 0), (2, 3)))[::2],
+    lambda x: x[2:, ...][None] * x[(slice(None, -2),)],
+    lambda x: x.reshape(2, 7)[1],
+], ids=["bratu", "reversed rows", "np.reshape and np.ravel", "ellipsis", "none and ints",
+        "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row"])
+def test_n_d_values_are_recorded(f):
+    check(f)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: x.reshape(2, 7).T.ravel(),                   # a transpose
+    lambda x: x.reshape(2, 7, order="F").ravel(),         # another order
+    lambda x: x.reshape(2, 7)[0, 0] * x,                  # one element
+    lambda x: np.concatenate([x.reshape(2, 7), x.reshape(2, 7)]).ravel(),
+    lambda x: np.pad(x, 1, mode="edge"),                  # another pad
+    lambda x: x.reshape(2, 7)[np.array([1, 0])].ravel(),  # an index array of an n-d value
+])
+def test_n_d_reads_not_recorded_go_the_eager_way(f):
+    check(f, recorded=False)
+
+
+def test_an_n_d_argument_is_recorded():
+    X = np.linspace(-1.0, 2.0, 12).reshape(3, 4)
+    check(lambda X: np.pad(X, 1)[1:-1, :-2] * X + X[:, ::-1], (X, X * 2.0, X[::-1].copy()))
+
+
+def test_an_n_d_result_keeps_its_shape():
+    g = check(lambda x: np.exp(x.reshape(2, 7)))
+    with np.errstate(all="ignore"):
+        value, J = g(SPECIAL)
+    assert value.shape == (2, 7) and J.shape == (14, 14)
