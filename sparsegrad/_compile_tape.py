@@ -856,8 +856,8 @@ def _inline(E, tape, node, entry):
                                    tape.lengths[node])
     elif kind == "reshape":
         E.values[node] = E.value(entry[1])
-    elif kind == "basic":
-        index = _basic_rows(E, tape, entry)
+    elif kind in ("basic", "move"):
+        index = (_basic_rows if kind == "basic" else _moved_rows)(E, tape, entry)
         E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0), tape.lengths[node])
     elif kind == "ufunc" and entry[1] in _CHEAP:
         shape = tape.shapes[node]
@@ -957,6 +957,32 @@ def _pad_rows(E, tape, entry):
     return rows, E.array(("pad", shape, widths), lambda: np.maximum(rows, 0))
 
 
+def _arguments(form):
+    """The arguments ``(args, kwargs)`` whose form
+    :func:`sparsegrad._trace._plain_arguments` made."""
+    def value(v):
+        if type(v) is not tuple:
+            return v
+        if v[0] == "bool":
+            return v[1]
+        parts = [value(part) for part in v[1:]]
+        return parts if v[0] == "list" else tuple(parts)
+    positional, keywords = form
+    return [value(v) for v in positional], {k: value(v) for k, v in keywords}
+
+
+def _moved_rows(E, tape, entry):
+    """The number of the array of the rows a movement of the data reads."""
+    _, source, func, form = entry
+    shape = tape.shapes[source]
+
+    def rows():
+        args, kwargs = _arguments(form)
+        numbers = np.arange(tape.lengths[source], dtype=np.int64).reshape(shape)
+        return np.ascontiguousarray(func(numbers, *args, **kwargs), dtype=np.int64).ravel()
+    return E.array(("move", func, form, shape), rows)
+
+
 def _lists(nested):
     """Tuples nested in ``nested`` as lists (numpy's form of pad widths)."""
     return [_lists(v) for v in nested] if type(nested) is tuple else nested
@@ -992,6 +1018,13 @@ def _propagate(E, A, tape):
             # for a key with None or Ellipsis)
             key = slice_key(tape.shapes[source], _basic_key(entry[2]))
             J.append(A.take_rows(J[source], E.arrays[index], key, index=index))
+        elif kind == "move":
+            index = _moved_rows(E, tape, entry)
+            source = entry[1]
+            # (named as the eager way names it: by the function, its arguments
+            # and the shape)
+            key = ("move", entry[2], entry[3], tape.shapes[source])
+            J.append(A.take_rows(A.vstack([J[source]]), E.arrays[index], key, index=index))
         elif kind == "pad":
             rows, index = _pad_rows(E, tape, entry)
             source = entry[1]

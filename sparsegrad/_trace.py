@@ -24,7 +24,7 @@ copies at every read, as the eager path does: an array written in place,
 between calls or between two reads, is caught), and the call's scalars
 (``g * eta``, ``dt``: read at every call) choose as the program's guards say.
 The program's result is the eager way's, bit for bit.  Anything the recorder
-does not take (another numpy function, a transpose, a branch on a value, an
+does not take (another numpy function, a reduction, a branch on a value, an
 error raised by ``f``, what the compiler refuses) makes the call go the eager
 way (``forward.seed``); the function may then run twice in that call.
 
@@ -192,6 +192,40 @@ def _basic_form(key):
     return tuple(form)
 
 
+#: numpy functions that move the data of their first argument (as the eager
+#: way's ``_functions._single``), recorded by plain arguments
+_MOVES = frozenset((np.transpose, np.moveaxis, np.swapaxes, np.flip, np.fliplr, np.flipud,
+                    np.roll, np.repeat, np.tile, np.broadcast_to, np.rot90, np.diagonal,
+                    np.matrix_transpose, np.permute_dims))
+
+
+def _plain_arguments(args, kwargs):
+    """``(args, kwargs)`` made of ints, strings, None, bools and tuples and lists
+    of them, as a hashable form that :func:`_arguments` turns back into them
+    (types kept: what the eager way keys its row numbers by); None otherwise."""
+    def plain(v):
+        if type(v) is bool:
+            return ("bool", v)
+        if v is None or type(v) is str:
+            return v
+        if _plain_integer(v) is not None:
+            return _plain_integer(v)
+        if type(v) in (tuple, list):
+            parts = tuple(plain(part) for part in v)
+            if any(part is _NOT_PLAIN for part in parts):
+                return _NOT_PLAIN
+            return (type(v).__name__,) + parts
+        return _NOT_PLAIN
+    positional = tuple(plain(v) for v in args)
+    keywords = tuple((k, plain(v)) for k, v in sorted(kwargs.items()))
+    if any(v is _NOT_PLAIN for v in positional) or any(v is _NOT_PLAIN for _, v in keywords):
+        return None
+    return positional, keywords
+
+
+_NOT_PLAIN = object()
+
+
 def _is_basic_tuple(key):
     """Whether ``key`` is a tuple, None or Ellipsis (a 1-d value's basic read of
     another form than one slice)."""
@@ -232,9 +266,9 @@ class Traced(NDArrayOperatorsMixin):
     comparisons and logical operations (bool masks, without derivative) and
     ``np.where`` of a mask, operands broadcast as numpy's, ``reshape`` and
     ``ravel`` in C order, reads by ints, slices, None and Ellipsis, ``np.pad``
-    by zeros, and of 1-d values reads by integer arrays and lists,
-    ``np.roll`` by an integer and ``np.concatenate``; anything else raises
-    :class:`Untraceable`.
+    by zeros, transposes and the other movements of :data:`_MOVES` by plain
+    arguments, and of 1-d values reads by integer arrays and lists and
+    ``np.concatenate``; anything else raises :class:`Untraceable`.
     """
 
     __slots__ = ("value", "node", "tape")
@@ -361,9 +395,29 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable("a reshape in order %r" % (order,))
         return self.tape.add(("reshape", self.node, value.shape), value)
 
-    @property
-    def T(self):
-        raise Untraceable("a transpose")
+    T = property(lambda self: self._moved(np.transpose, (self,), {}))
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)):
+            axes = axes[0]
+        return self._moved(np.transpose, (self, axes or None), {})
+
+    def swapaxes(self, axis1, axis2):
+        return self._moved(np.swapaxes, (self, axis1, axis2), {})
+
+    def _moved(self, func, args, kwargs):
+        """``func(*args, **kwargs)``, a movement of the data of a value (the
+        first argument) by plain arguments: a gather by the rows it moves,
+        which ``func``, the arguments and the shape decide."""
+        a = args[0] if args else None
+        form = _plain_arguments(args[1:], kwargs)
+        if type(a) is not Traced or a.tape is not self.tape or form is None:
+            raise Untraceable("np.%s other than of a value by ints, strings, None and "
+                              "tuples of them" % func.__name__)
+        value = func(a.value, *args[1:], **kwargs)
+        if type(value) is not np.ndarray:
+            raise Untraceable("np.%s giving a %s" % (func.__name__, type(value).__name__))
+        return self.tape.add(("move", a.node, func, form), value)
 
     def __array_function__(self, func, types, args, kwargs):
         if func is np.reshape or func is np.ravel:
@@ -379,6 +433,9 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable("np.%s other than of a value" % func.__name__)
         if func is np.pad:
             return self._pad(*args, **kwargs)
+        if func in _MOVES and not (func is np.roll and getattr(args[0] if args else None,
+                                                                "ndim", 0) == 1):
+            return self._moved(func, args, kwargs)
         if func is np.concatenate and len(args) == 1 and (
                 not kwargs or set(kwargs) == {"axis"} and type(kwargs["axis"]) is int
                 and kwargs["axis"] == 0):

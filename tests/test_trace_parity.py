@@ -373,14 +373,25 @@ def bratu(x):
     lambda x: np.pad(x.reshape(7, 2) ** 2, ((1, 0), (2, 3)))[::2],
     lambda x: x[2:, ...][None] * x[(slice(None, -2),)],
     lambda x: x.reshape(2, 7)[1],
+    lambda x: x.reshape(2, 7).T.ravel() * x[::-1],
+    lambda x: np.flip(x.reshape(2, 7), axis=(0, 1)) - np.flip(x.reshape(2, 7), axis=1)[::-1],
+    lambda x: np.roll(x.reshape(7, 2), 1, axis=0) - x.reshape(7, 2).swapaxes(0, 1).T,
+    lambda x: (np.tile(x.reshape(2, 7)[:, :2], (2, 1))
+               * np.repeat(np.repeat(x[:4], 2).reshape(2, 4)[:, :2], 2, axis=0)),
+    lambda x: np.moveaxis(x.reshape(1, 2, 7), 0, -1).ravel() + np.broadcast_to(x[:1], (14,)),
+    lambda x: np.rot90(x.reshape(2, 7)).ravel() * np.transpose(x.reshape(2, 7), [1, 0]).ravel(),
+    lambda x: np.diagonal(x.reshape(2, 7)) * x[:2] + x.reshape(2, 7).transpose(1, 0)[0],
 ], ids=["bratu", "reversed rows", "np.reshape and np.ravel", "ellipsis", "none and ints",
-        "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row"])
+        "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row", "transpose",
+        "flip", "roll and swapaxes", "tile and repeat", "moveaxis and broadcast_to",
+        "rot90", "diagonal"])
 def test_n_d_values_are_recorded(f):
     check(f)
 
 
 @pytest.mark.parametrize("f", [
-    lambda x: x.reshape(2, 7).T.ravel(),                   # a transpose
+    lambda x: x.reshape(2, 7).sum(axis=0),                # a reduction
+    lambda x: np.roll(x.reshape(2, 7), np.array([1, 2]), axis=(0, 1)),   # by an array
     lambda x: x.reshape(2, 7, order="F").ravel(),         # another order
     lambda x: x.reshape(2, 7)[0, 0] * x,                  # one element
     lambda x: np.concatenate([x.reshape(2, 7), x.reshape(2, 7)]).ravel(),
