@@ -441,6 +441,10 @@ class Traced(NDArrayOperatorsMixin):
                 and kwargs["axis"] == 0):
             parts, values = [], []
             for part in args[0]:
+                if type(part) in (list, tuple) and all(
+                        type(v) in (float, int, np.float64) for v in part):
+                    # ([0.0], [g * h]: numbers, as numpy's float64 array of them)
+                    part = np.array(part, dtype=np.float64)
                 if getattr(part, "ndim", 1) != 1:
                     raise Untraceable("np.concatenate of n-d values")
                 if type(part) is Traced and part.tape is self.tape:

@@ -381,10 +381,11 @@ def bratu(x):
     lambda x: np.moveaxis(x.reshape(1, 2, 7), 0, -1).ravel() + np.broadcast_to(x[:1], (14,)),
     lambda x: np.rot90(x.reshape(2, 7)).ravel() * np.transpose(x.reshape(2, 7), [1, 0]).ravel(),
     lambda x: np.diagonal(x.reshape(2, 7)) * x[:2] + x.reshape(2, 7).transpose(1, 0)[0],
+    lambda x: np.concatenate([[0.0], x, [2.5, 1]])[:-3] * np.concatenate(([3], x[1:]))[::-1],
 ], ids=["bratu", "reversed rows", "np.reshape and np.ravel", "ellipsis", "none and ints",
         "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row", "transpose",
         "flip", "roll and swapaxes", "tile and repeat", "moveaxis and broadcast_to",
-        "rot90", "diagonal"])
+        "rot90", "diagonal", "lists of numbers concatenated"])
 def test_n_d_values_are_recorded(f):
     check(f)
 
