@@ -42,7 +42,7 @@ __all__ = ["MODULES", "MANIFEST", "install", "compiled_modules", "source_hash"]
 
 #: the modules the build compiles (names within the package)
 MODULES = ("_backend", "_deferred", "_functions", "_indexing", "_jacobian", "_memory",
-           "_structure", "_ufunc_rules", "_ufuncs", "_value", "forward")
+           "_structure", "_trace", "_ufunc_rules", "_ufuncs", "_value", "forward")
 
 #: the file, beside this one, with the hash of each module's source at the build
 MANIFEST = "_compiled_sources.json"
