@@ -66,6 +66,8 @@ _MASKS = frozenset((np.greater, np.greater_equal, np.less, np.less_equal, np.equ
 #: argument (ldexp), an exponent of another value (float_power; np.power's
 #: is a scalar, recorded with its type)
 _NOT_RECORDED = frozenset((np.ldexp, np.float_power, np.power))
+#: ufuncs recorded with the eager way's rules
+_RECORDED = frozenset(DERIVATIVES) - _NOT_RECORDED - _MASKS
 #: programs kept for one structure, each for other choices by scalars
 _VARIANTS = 4
 #: integers exact as float64: scalars the recorder takes
@@ -309,6 +311,11 @@ class Traced(NDArrayOperatorsMixin):
 
     def _apply(self, ufunc, inputs):
         """``ufunc(*inputs)``, recorded (one of its inputs is ``self``)."""
+        if ufunc in _RECORDED and len(inputs) == 2:
+            # (the common case, without the generic one's generator and zip)
+            s0, v0 = self._operand(inputs[0])
+            s1, v1 = self._operand(inputs[1])
+            return self.tape.add(("ufunc", ufunc, (s0, s1)), ufunc(v0, v1))
         if ufunc in _MASKS:
             # (a comparison or a logical operation: a mask, without derivative,
             # for np.where and products)
@@ -316,7 +323,7 @@ class Traced(NDArrayOperatorsMixin):
             return self.tape.add(("mask", ufunc.__name__, structures), ufunc(*values), _BOOL)
         if ufunc is np.power:
             return self._power(*inputs)
-        if ufunc not in DERIVATIVES or ufunc in _NOT_RECORDED:
+        if ufunc not in _RECORDED:
             raise Untraceable(ufunc.__name__)
         structures, values = zip(*(self._operand(x) for x in inputs))
         return self.tape.add(("ufunc", ufunc, structures), ufunc(*values))
