@@ -9,12 +9,14 @@ at other values; ``sparsegrad.jvp`` gives ``J @ v``; the recorded engine
 (``trace=True``) gives the eager engine's value and Jacobian bit for bit.
 
 ``recorded`` programs: one function object called at points of changing
-lengths and values, by both engines, every call checked as above (value,
-complex step, recorded against eager).
+shapes and values (1-d, or n-d arguments: the Jacobian's columns follow
+``x.ravel()``), by both engines, every call checked as above (value, complex
+step, recorded against eager).
 
 ``unsupported`` programs: every mode raises a ``TypeError``.
 """
 import collections
+import re
 import traceback
 
 import numpy as np
@@ -24,7 +26,7 @@ import sparsegrad
 from sparsegrad import forward
 from sparsegrad.testing import assert_jacobian_equal, numerical_jacobian
 
-from .programs import quiet
+from .programs import ND_TAGS, quiet
 
 #: oracle names, in the order they are checked
 ORACLES = ("exception", "value", "jacobian", "pattern", "pattern_values", "jvp", "trace",
@@ -474,6 +476,15 @@ def _recorded(program, outcome):
     outcome.counts["recorded calls: compiled"] += info.misses
     outcome.counts["recorded calls: by a program"] += info.hits
     outcome.counts["recorded calls: eager"] += info.fallbacks
+    if program.points[0].ndim > 1 or program.tags & ND_TAGS:
+        # (the programs of n-d values and basic reads, on their own: how many
+        # of their calls were recorded)
+        outcome.counts["n-d recorded calls: compiled"] += info.misses
+        outcome.counts["n-d recorded calls: by a program"] += info.hits
+        outcome.counts["n-d recorded calls: eager"] += info.fallbacks
+    if info.fallbacks:
+        outcome.counts["recorded programs eager by: %s" % re.sub(
+            r"\d+", "#", str(info.reason))[:50]] += 1
 
 
 class _Evaluated:

@@ -15,10 +15,14 @@ Families (drawn from the seed):
     any of the operations below on 0-3-d values of one dtype (float32,
     float64, longdouble or complex128), one point.
 ``recorded``
-    the float64 1-d operations that ``value_and_jacobian(trace=True)``
-    records, valid for every length of a sequence of points of different
-    lengths and values, so that masks, branches and lengths change between
-    calls.
+    the float64 operations that ``value_and_jacobian(trace=True)`` records,
+    valid at every point of a sequence of points of different shapes and
+    values, so that masks, branches and lengths change between calls.
+    About half are of 1-d values; the others of n-d values too: the
+    argument 1-d (its length a multiple of the axes it is reshaped to), 2-d
+    or 3-d, one axis whose length changes; reshape and ravel, reads by
+    ints, slices, None and Ellipsis, np.pad by zeros, operands broadcast
+    between shapes, np.where of n-d masks, n-d results.
 ``unsupported``
     a short prefix and one operation sparsegrad must refuse with a
     ``TypeError`` (``UnsupportedOperationError``).
@@ -66,7 +70,8 @@ FEATURES = {
                          "array is new, s and its other arrays keep their values",
     "power_fast_path": "a ** 2, a ** 0.5, a ** -1 where numpy's operator (square, sqrt, "
                        "reciprocal) rounds otherwise than np.power (complex, longdouble)",
-    "where_broadcast_branch": "recorded programs: np.where with a length-1 branch",
+    "where_broadcast_branch": "recorded programs: np.where with a branch broadcast to "
+                              "the result's shape (length 1, or n-d: (n, 1) into (n, k))",
     "power_zero": "recorded programs: u ** 0",
     "where_same_branches": "recorded programs: np.where(m, v, v), one value in both "
                            "branches",
@@ -1293,16 +1298,115 @@ def _point(rng, size, dtype):
 # ---------------------------------------------------------------- recorded
 
 
+def _joint(*per_point):
+    """The broadcast shape at every point of operands whose shapes are
+    ``per_point`` (each a tuple of shapes, one per point), or None."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes) for shapes in zip(*per_point))
+    except ValueError:
+        return None
+
+
+def _divisors(n, most=12):
+    """The divisors of ``n`` from 2 to ``most``."""
+    return [d for d in range(2, min(n, most) + 1) if n % d == 0]
+
+
+#: tags of the statements that make or take n-d values, or read by a basic key
+ND_TAGS = frozenset({"reshape", "basic_read", "pad", "nd_broadcast", "nd_where"})
+
+
 class _Recorded(_Builder):
-    """Statements of the ``recorded`` family: 1-d float64, valid at every length."""
+    """Statements of the ``recorded`` family: float64 values of any shape but
+    0-d, valid at every point (the points' shapes differ along one axis)."""
+
+    def shapes(self, name):
+        return tuple(np.shape(env[name]) for env in self.envs)
+
+    def expression_shapes(self, expression):
+        return tuple(np.shape(self.evaluate(expression, k)) for k in range(len(self.envs)))
 
     def lengths(self, name):
         return tuple(len(env[name]) for env in self.envs)
 
-    def same_length(self, name):
-        lengths = self.lengths(name)
-        return lambda other: self.kinds[other] in ("value", "mask") and \
-            self.lengths(other) == lengths
+    def flat(self, name):
+        """Whether ``name`` is a 1-d value."""
+        return self.kinds[name] == "value" and np.ndim(self.probe(name)) == 1
+
+    def fits(self, name, into=False):
+        """Whether a variable broadcasts with ``name`` at every point, within
+        :data:`MAX_SIZE` (``into``: without changing its shape)."""
+        shapes = self.shapes(name)
+
+        def predicate(other):
+            joint = _joint(shapes, self.shapes(other))
+            if joint is None:
+                return False
+            return joint == shapes if into else int(np.prod(joint[0])) <= MAX_SIZE
+        return predicate
+
+    def broadcast_tags(self, operands):
+        """``{"nd_broadcast"}`` when the arrays among ``operands`` (expressions)
+        have other shapes than their n-d result at some point."""
+        shapes = [self.expression_shapes(operand) for operand in operands]
+        arrays = [s for s in shapes if s[0] != ()]
+        joint = _joint(*shapes)
+        if joint is None or len(joint[0]) < 2:
+            return set()
+        return {"nd_broadcast"} if any(s != joint for s in arrays) else set()
+
+    def tied(self, left, right):
+        """Whether ``left`` equals ``right`` somewhere at some point, unless they
+        are one expression: differences of the points' values may be
+        multiples of 1/4, as the thresholds are (``x[:, None] - x[None, :]``),
+        and the complex step would break such a tie by its imaginary part."""
+        if left == right:
+            return False
+        return any(np.any(np.asarray(self.evaluate(left, k)) == self.evaluate(right, k))
+                   for k in range(len(self.envs)))
+
+    def _accepts(self, name, kind):
+        # (the recorder takes no 0-d value: a read of one element goes the eager way)
+        if any(np.ndim(env[name]) == 0 for env in self.envs):
+            return False
+        return super()._accepts(name, kind)
+
+    def const_for(self, shapes):
+        """A float64 constant that broadcasts with values of ``shapes`` at every
+        point: axes of one length kept or 1, others 1, some leading ones
+        dropped, axes of length 1 sometimes widened."""
+        ndim = len(shapes[0])
+        dims = []
+        for axis in range(ndim):
+            sizes = {s[axis] for s in shapes}
+            n = sizes.pop() if len(sizes) == 1 else None
+            roll = self.rng.random()
+            if n is not None and roll < 0.6:
+                dims.append(n)
+            elif n == 1 and roll < 0.8:
+                dims.append(int(self.rng.integers(2, 4)))
+            else:
+                dims.append(1)
+        dims = dims[int(self.rng.integers(max(ndim, 1))):]
+        if not dims or self.rng.random() < 0.1:
+            dims.insert(0, int(self.rng.integers(1, 3)))
+        return self.const(tuple(dims), np.float64)
+
+    def linspace_like(self, a):
+        """A constant of values made at every call, of ``a``'s shape or along
+        one of its axes."""
+        low, high = (repr(float(self.rng.integers(1, 9)) / 4 * self.choice([-1.0, 1.0]))
+                     for _ in range(2))
+        ndim = np.ndim(self.probe(a))
+        roll = self.rng.random()
+        if ndim == 1:
+            return "np.linspace(%s, %s, %s.size)" % (low, high, a)
+        if roll < 0.4:
+            return "np.linspace(%s, %s, %s.size).reshape(%s.shape)" % (low, high, a, a)
+        if roll < 0.7:
+            return "np.linspace(%s, %s, %s.shape[-1])" % (low, high, a)
+        return "np.linspace(%s, %s, %s.shape[0]).reshape(-1%s)" % (low, high, a,
+                                                                   ", 1" * (ndim - 1))
 
     def unary(self):
         a = self.pick()
@@ -1342,22 +1446,41 @@ class _Recorded(_Builder):
         a = self.pick()
         op = self.choice(["+", "-", "*", "/"])
         roll = self.rng.random()
-        if roll < 0.5:
-            b = self.pick(predicate=self.same_length(a))
-            if b is None or self.kinds[b] != "value":
-                b = self.scalar()
-        elif roll < 0.7:
-            b = "np.linspace(%s, %s, %s.size)" % (self.scalar(), self.scalar(), a)
+        if roll < 0.4:
+            b = self.pick(predicate=self.fits(a)) or self.scalar()
+        elif roll < 0.48:
+            a, b = self.outer(a)
+        elif roll < 0.6:
+            b = self.linspace_like(a)
+        elif roll < 0.75:
+            b = self.const_for(self.shapes(a))
         else:
             b = self.scalar()
         first, second = (a, b) if self.rng.random() < 0.6 else (b, a)
         if op == "/" and not _away_from_zero(self.evaluate(second)):
             second = "(1.0 + %s * %s)" % (second, second)
+        tags = self.broadcast_tags([first, second])
         name = self.name()
-        return self.run("%s = %s %s %s" % (name, first, op, second), name=name)
+        return self.run("%s = %s %s %s" % (name, first, op, second), tags, name=name)
+
+    def outer(self, a):
+        """Two operands of ``a`` that broadcast: reads of ``a`` (and of another
+        1-d value) to a larger shape than either, ``(n, 1)`` with ``(1, k)``,
+        or ``a`` and a read of it broadcast to its shape."""
+        ndim = np.ndim(self.probe(a))
+        if ndim == 1:
+            b = self.pick(predicate=self.flat) or a
+            return "%s[:, None]" % a, self.choice(["%s[None, :]", "%s[None]", "%s"]) % b
+        if ndim == 2 and self.rng.random() < 0.6:
+            return ("%s[:, %s]" % (a, self.choice([":1", "-1:", "1:2"])),
+                    "%s[%s]" % (a, self.choice([":1", "-1:", "None, 0", "1:2, :"])))
+        # (a value with a read of itself along one axis, (n, k) with (n, 1))
+        return a, "%s[%s]" % (a, self.choice([":1", "-1:", "..., :1", "..., -1:", "None, 0",
+                                               "::-1", "..., ::-1"]))
 
     def read(self):
-        a = self.pick()
+        """A read of a 1-d value by a slice or an index array."""
+        a = self.pick(predicate=self.flat)
         roll = self.rng.random()
         tags = set()
         if roll < 0.55:
@@ -1376,39 +1499,129 @@ class _Recorded(_Builder):
         name = self.name()
         return self.run("%s = %s[%s]" % (name, a, key), tags, name=name)
 
+    def basic_read(self):
+        """A read by ints, slices (negative steps too), None and Ellipsis, valid
+        at every point's shape (ints within the shortest length of an axis);
+        a 1-d value's by a tuple."""
+        a = self.pick()
+        shapes = self.shapes(a)
+        low = tuple(min(s[axis] for s in shapes) for axis in range(len(shapes[0])))
+        key = self.basic_key(low)
+        if len(low) == 1 and "None" not in key and "..." not in key:
+            key += ","
+        name = self.name()
+        return self.run("%s = %s[%s]" % (name, a, key), {"basic_read"}, name=name)
+
+    def reshape(self):
+        """A reshape in C order (methods, np.reshape, np.ravel) to a shape valid
+        at every point: axes that divide every point's size, -1 for the rest."""
+        a = self.pick()
+        shapes = self.shapes(a)
+        ndim = len(shapes[0])
+        g = int(np.gcd.reduce([int(np.prod(s)) for s in shapes]))
+        if ndim > 1:
+            options = ["{0}.ravel()", "np.ravel({0})", "{0}.reshape(-1)", "np.reshape({0}, -1)",
+                       "{0}.reshape({0}.shape[0], -1)", "{0}.reshape(-1, {0}.shape[-1])",
+                       "{0}.ravel(order='C')"]
+        else:
+            options = ["{0}.reshape(1, -1)", "{0}.reshape(-1, 1)", "np.reshape({0}, (1, -1))"]
+        options += ["{0}.reshape({0}.shape + (1,))", "{0}.reshape(1, *{0}.shape)"]
+        divisors = _divisors(g)
+        if divisors:
+            d = self.choice(divisors)
+            options += [t.replace("D", str(d)) for t in (
+                "{0}.reshape(-1, D)", "{0}.reshape(D, -1)", "np.reshape({0}, (-1, D))",
+                "{0}.reshape((-1, D))", "{0}.reshape(-1, D, order='C')",
+                "np.reshape({0}, shape=(D, -1))", "{0}.reshape(-1, D)", "{0}.reshape(-1, 1, D)")]
+            inner = _divisors(d)
+            if inner:
+                p = self.choice(inner)
+                options += ["{0}.reshape(-1, %d, %d)" % (p, d // p),
+                            "{0}.reshape(%d, -1, %d)" % (p, d // p),
+                            "{0}.reshape(-1, %d, %d)" % (d // p, p)]
+        name = self.name()
+        return self.run("%s = %s" % (name, self.choice(options).format(a)), {"reshape"},
+                        name=name)
+
+    def pad(self):
+        """``np.pad`` by zeros: widths as an int, a pair, one pair in a
+        sequence or a pair per axis."""
+        a = self.pick()
+        ndim = np.ndim(self.probe(a))
+
+        def width():
+            return int(self.rng.integers(0, 3))
+        roll = self.rng.random()
+        if roll < 0.2:
+            widths = "%d" % width()
+        elif roll < 0.4:
+            widths = "(%d, %d)" % (width(), width())
+        elif roll < 0.5:
+            widths = self.choice(["((%d, %d),)", "[(%d, %d)]", "[[%d, %d]]"]) % (width(),
+                                                                                width())
+        elif roll < 0.55:
+            widths = "(%d,)" % width()
+        else:
+            pairs = ", ".join("(%d, %d)" % (width(), width()) for _ in range(ndim))
+            widths = ("(%s,)" if ndim == 1 else "(%s)" if self.rng.random() < 0.7
+                      else "[%s]") % pairs
+        mode = ", mode='constant'" if self.rng.random() < 0.15 else ""
+        name = self.name()
+        return self.run("%s = np.pad(%s, %s%s)" % (name, a, widths, mode), {"pad"},
+                        name=name)
+
     def mask(self):
         a = self.pick()
         roll = self.rng.random()
         threshold = self.scalar()
+        tags = set()
         if roll < 0.5:
             text = "%s %s %s" % (a, self.choice([">", "<", ">=", "<="]), threshold)
+            compared = (a, threshold)
         else:
-            b = self.pick(predicate=self.same_length(a))
+            b = self.pick(("value", "mask"), predicate=self.fits(a))
             if b is None:
                 return False
+            tags = self.broadcast_tags([a, b])
             if self.kinds[b] == "mask":
                 text = self.choice(["(%s > %s) & %s", "np.logical_or(%s < %s, %s)",
                                     "(%s < %s) ^ %s"]) % (a, threshold, b)
+                compared = (a, threshold)
             else:
                 text = "%s < %s" % (a, b)
+                compared = (a, b)
+        if self.tied(*compared):
+            return False
         if self.rng.random() < 0.15:
             text = "~(%s)" % text
         name = self.name("m")
-        return self.run("%s = %s" % (name, text), name=name, kind="mask")
+        return self.run("%s = %s" % (name, text), tags, name=name, kind="mask")
 
-    def branch_value(self, length_of):
-        """A value for a branch of np.where, or its length-1 form."""
+    def branch_value(self, shapes):
+        """A value for a branch of np.where whose condition has ``shapes``: of
+        that shape, a scalar, or one broadcast to it (length 1, or n-d)."""
         roll = self.rng.random()
-        same = self.pick(predicate=lambda n: self.kinds[n] == "value"
-                         and self.lengths(n) == length_of)
+        same = self.pick(predicate=lambda n: self.shapes(n) == shapes)
         if roll < 0.2 and self.enabled("where_broadcast_branch"):
+            smaller = self.pick(predicate=lambda n: self.shapes(n) != shapes
+                                and _joint(shapes, self.shapes(n)) == shapes)
+            if smaller is not None and len(shapes[0]) > 1 and self.rng.random() < 0.6:
+                return smaller
             other = self.pick() or "x"
-            return self.choice(["%s[:1]", "%s[-1:]"]) % other, {"where_broadcast_branch"}
+            return self.choice(["%s[:1]", "%s[-1:]"]) % other
         if roll < 0.45:
-            return self.scalar(), set()
+            return self.scalar()
         if roll < 0.55:
-            return "np.linspace(0.5, 1.5, %s.size)" % same if same else self.scalar(), set()
-        return (same or self.scalar()), set()
+            if same is None:
+                return self.scalar()
+            return ("np.linspace(0.5, 1.5, %s.size)" % same if len(shapes[0]) == 1
+                    else "np.linspace(0.5, 1.5, %s.size).reshape(%s.shape)" % (same, same))
+        if roll < 0.65:
+            # (a value the condition broadcasts to)
+            larger = self.pick(predicate=lambda n: self.shapes(n) != shapes
+                               and _joint(shapes, self.shapes(n)) == self.shapes(n))
+            return larger or same or self.scalar()
+        return same or self.scalar()
 
     def where(self):
         masks = self.readable(("mask",))
@@ -1416,37 +1629,50 @@ class _Recorded(_Builder):
             condition = self.choice(masks)
         else:
             a = self.pick()
-            condition = "%s > %s" % (a, self.scalar())
-        lengths = tuple(len(np.asarray(self.evaluate(condition, k)))
-                        for k in range(len(self.envs)))
-        first, tags_first = self.branch_value(lengths)
-        second, tags_second = self.branch_value(lengths)
+            threshold = self.scalar()
+            if self.tied(a, threshold):
+                return False
+            condition = "%s > %s" % (a, threshold)
+        shapes = self.expression_shapes(condition)
+        first = self.branch_value(shapes)
+        second = self.branch_value(shapes)
+        tags = set()
         if first == second and first in self.kinds:
-            tags_second = tags_second | {"where_same_branches"}
+            tags.add("where_same_branches")
+        branches = [self.expression_shapes(b) for b in (first, second)]
+        result = _joint(shapes, *branches)
+        if result is None:
+            return False
+        if any(s[0] != () and s != result for s in branches):
+            tags.add("where_broadcast_branch")
+        if len(result[0]) > 1:
+            tags.add("nd_where")
         name = self.name()
         return self.run("%s = np.where(%s, %s, %s)" % (name, condition, first, second),
-                        tags_first | tags_second, name=name)
+                        tags, name=name)
 
     def times_mask(self):
         masks = self.readable(("mask",))
         if not masks:
             return False
         m = self.choice(masks)
-        a = self.pick(predicate=lambda n: self.kinds[n] == "value"
-                      and self.lengths(n) == self.lengths(m))
+        a = self.pick(predicate=self.fits(m))
         if a is None:
             return False
         name = self.name()
-        return self.run("%s = %s * %s" % (name, a, m), name=name)
+        return self.run("%s = %s * %s" % (name, a, m), self.broadcast_tags([a, m]),
+                        name=name)
 
     def roll(self):
-        a = self.pick()
+        a = self.pick(predicate=self.flat)
         name = self.name()
         return self.run("%s = np.roll(%s, %d)" % (name, a, int(self.rng.integers(-3, 4))),
                         name=name)
 
     def concatenate(self):
-        parts = [self.pick() for _ in range(int(self.rng.integers(1, 4)))]
+        parts = [self.pick(predicate=self.flat) for _ in range(int(self.rng.integers(1, 4)))]
+        if None in parts:
+            return False
         if self.rng.random() < 0.3:
             parts.insert(int(self.rng.integers(len(parts) + 1)),
                          self.choice(["np.ones(2)", "np.array([0.5])", "np.zeros(3)"]))
@@ -1457,7 +1683,7 @@ class _Recorded(_Builder):
         a = self.pick()
         roll = self.rng.random()
         if roll < 0.7:
-            sizes = sorted({len(env["x"]) for env in self.envs})
+            sizes = sorted({env["x"].size for env in self.envs})
             if len(sizes) < 2:
                 return False
             threshold = sizes[int(self.rng.integers(len(sizes) - 1))]
@@ -1471,8 +1697,17 @@ class _Recorded(_Builder):
                         tags, name=name)
 
     def untraceable(self):
+        """An operation the recorder does not take (the call goes the eager way)."""
         a = self.pick()
-        text = self.choice(["%s * np.sum(%s)", "%s.reshape(-1) + 1.0", "np.cumsum(%s)"])
+        ndim = np.ndim(self.probe(a))
+        options = ["%s * np.sum(%s)", "%s.T * 1.0", "np.cumsum(%s)"]
+        if ndim > 1:
+            # (a transpose, np.roll and np.concatenate of n-d values, a read of
+            # one element, an index array into an n-d value)
+            options += ["np.roll(%s, 1)", "np.concatenate([%s, %s])",
+                        "%%s * %%s[%s]" % ", ".join(["0"] * ndim), "%s[np.array([0, -1])]",
+                        "np.transpose(%s) * 2.0"]
+        text = self.choice(options)
         name = self.name()
         return self.run("%s = %s" % (name, text.replace("%s", a)), {"untraceable"},
                         name=name)
@@ -1480,32 +1715,80 @@ class _Recorded(_Builder):
 
 _RECORDED_STEPS = (("unary", 14), ("binary", 14), ("read", 12), ("mask", 6), ("where", 9),
                    ("times_mask", 2), ("roll", 3), ("concatenate", 4), ("branch", 3),
-                   ("untraceable", 1))
+                   ("untraceable", 1), ("basic_read", 2), ("pad", 2))
+#: the steps of programs of n-d values
+_ND_STEPS = (("unary", 12), ("binary", 14), ("read", 3), ("basic_read", 12),
+             ("reshape", 9), ("pad", 6), ("mask", 6), ("where", 9), ("times_mask", 2),
+             ("roll", 2), ("concatenate", 2), ("branch", 2), ("untraceable", 1))
+#: the axes of n-d programs' points other than the one whose length changes
+_ND_BLOCKS = ((2,), (3,), (4,), (2, 2), (3, 2), (2, 3), (1,), (5,))
+
+#: (three decimals, the last one 1, distinct magnitudes: no value is a
+#: multiple of 1/4, as the thresholds are, nor equal to another, so no
+#: comparison is a tie the complex step would break by its imaginary part)
+_MAGNITUDES = np.arange(150) / 100 + 0.001
+
+
+def _recorded_shapes(rng):
+    """The shapes of a recorded program's points, and whether its values are
+    n-d: two calls of one shape with other values, then other shapes, then
+    the first again (masks, branches and lengths change between calls).
+
+    1-d programs: lengths 4 to 10 and others near them.  n-d programs: ``m``
+    blocks of fixed axes (``block``), the argument 1-d (``m * size`` long:
+    reshapes to the block's axes are valid at every point), 2-d ``(m,
+    size)`` or 3-d, ``m`` changing between calls."""
+    if rng.random() >= 0.45:
+        n = int(rng.integers(4, 11))
+        others = [n + int(k) for k in rng.choice([-2, -1, 1, 2, 3, 5],
+                                                 int(rng.integers(1, 3)), replace=False)]
+        return [(length,) for length in [n, n] + others + [n]], False
+    block = _ND_BLOCKS[int(rng.integers(len(_ND_BLOCKS)))]
+    size = int(np.prod(block))
+    m = int(rng.integers(2, 6))
+    others = [m + int(k) for k in rng.choice([-1, 1, 2, 3], int(rng.integers(1, 3)),
+                                             replace=False)]
+    roll = rng.random()
+    if roll < 0.55:
+        shape = lambda m: (m * size,)                    # noqa: E731
+    elif roll < 0.85 or len(block) == 1 and size == 1:
+        shape = lambda m: (m, size)                      # noqa: E731
+    else:
+        inner = block if len(block) == 2 else (1, size) if rng.random() < 0.5 else (size, 1)
+        shape = lambda m: (m,) + inner                   # noqa: E731
+    return [shape(k) for k in [m, m] + others + [m]], True
 
 
 def _recorded(seed, rng, exclude):
-    n = int(rng.integers(4, 11))
-    # (two calls of one length with other values, then other lengths, then the
-    # first length again: masks, branches and lengths change between calls)
-    others = [n + int(k) for k in rng.choice([-2, -1, 1, 2, 3, 5], int(rng.integers(1, 3)),
-                                             replace=False)]
-    # (three decimals, the last one 1, distinct magnitudes: no value is a
-    # multiple of 1/4, as the thresholds are, nor equal to another, so no
-    # comparison is a tie the complex step would break by its imaginary part)
-    magnitudes = np.arange(150) / 100 + 0.001
-    points = [magnitudes[rng.choice(150, length, replace=False)]
-              * rng.choice([-1.0, 1.0], length) for length in [n, n] + others + [n]]
+    shapes, nd = _recorded_shapes(rng)
+    points = []
+    for shape in shapes:
+        size = int(np.prod(shape))
+        points.append((_MAGNITUDES[rng.choice(150, size, replace=False)]
+                       * rng.choice([-1.0, 1.0], size)).reshape(shape))
     builder = _Recorded(rng, np.float64, points, exclude)
-    steps = [name for name, _ in _RECORDED_STEPS]
-    weights = np.array([w for _, w in _RECORDED_STEPS], dtype=float)
+    table = _ND_STEPS if nd else _RECORDED_STEPS
+    steps = [name for name, _ in table]
+    weights = np.array([w for _, w in table], dtype=float)
     weights /= weights.sum()
+    if nd and points[0].ndim == 1 and rng.random() < 0.7:
+        builder.step("reshape")
     _draw(builder, steps, weights, int(rng.integers(3, 11)))
     values = [name for name, kind in builder.kinds.items() if kind == "value"]
     result = values[-1]
     if len(values) >= 3 and rng.random() < 0.4:
         name = builder.name("r")
         chosen = [values[-1], values[int(rng.integers(len(values) - 1))]]
-        if builder.run("%s = np.concatenate([%s])" % (name, ", ".join(chosen)), name=name):
+        if all(builder.flat(v) for v in chosen):
+            line = "%s = np.concatenate([%s])" % (name, ", ".join(chosen))
+            tags = ()
+        else:
+            # (np.concatenate of n-d values goes the eager way: the result
+            # raveled, or a sum of the two where they broadcast)
+            text = builder.choice(["%s.ravel()", "%s.reshape(-1, 1)", "%s + %s"])
+            line = "%s = %s" % (name, text.replace("%s", chosen[0], 1).replace("%s", chosen[1]))
+            tags = builder.broadcast_tags(chosen) if "+" in text else {"reshape"}
+        if builder.run(line, tags, name=name):
             result = name
     return Program(seed, "recorded", np.float64, builder.constants, builder.body, result,
                    points)

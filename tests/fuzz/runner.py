@@ -61,6 +61,8 @@ class Summary:
         self.programs[program.family] += 1
         if program.family == "general":
             self.programs["general %s" % program.dtype] += 1
+        elif program.family == "recorded" and program.points[0].ndim > 1:
+            self.programs["recorded of an n-d argument"] += 1
         self.features.update(program.tags)
         self.checks.update(outcome.counts)
 

@@ -69,3 +69,19 @@ def test_a_mismatch_is_reported_with_its_seed_and_shrunk_program(monkeypatch):
         pytest.skip("np.sin's rule is not read from the table at call time")
     report = summary.failure_report()
     assert "seed %d" % general in report and "np.sin(" in report
+
+
+def test_recorded_programs_draw_nd_values():
+    """A good share of the recorded family reshapes, reads by basic keys, pads
+    and broadcasts n-d values, some of an n-d argument or to an n-d result."""
+    drawn = [programs.generate(seed, family="recorded") for seed in range(120)]
+    nd = [p for p in drawn if p.points[0].ndim > 1 or p.tags & programs.ND_TAGS]
+    assert len(nd) >= len(drawn) // 3
+    assert {"reshape", "basic_read", "pad", "nd_broadcast", "nd_where"} <= set().union(
+        *(p.tags for p in nd))
+    assert any(p.points[0].ndim == 2 for p in drawn)
+    results = []
+    for p in nd:
+        with programs.quiet():
+            results.append(np.ndim(p.function()(p.points[0].copy())))
+    assert max(results) > 1
