@@ -200,10 +200,14 @@ def test_random_programs_against_the_eager_way(seed):
     info = g.cache_info()
     if info.fallbacks:
         # (np.where of a value whose terms the eager way merged, a
-        # concatenation's: its rounding there depends on the merged values)
-        assert info.fallbacks == 3 and "merged" in g.cache_info.__self__.refused
+        # concatenation's: its rounding there depends on the merged values;
+        # or a merge that would sum at some rows only: refused)
+        assert info.fallbacks == 3 and any(
+            reason in g.cache_info.__self__.refused
+            for reason in ("merged", "a merge of terms that meet at some of their places"))
         return
-    assert (info.misses, info.hits, info.fallbacks) == (1, 2, 0)
+    # (compiled once, or found among the programs other calls compiled)
+    assert info.misses + info.hits == 3 and info.misses <= 1 and info.fallbacks == 0
     # (the program's ops are complex-safe: the complex step is exact to rounding)
     reference_J = numerical_jacobian(f, x, method="complex")
     np.testing.assert_allclose(J.toarray(), reference_J, rtol=1e-11,
