@@ -186,8 +186,8 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=Tru
         ``log``, ``sqrt``, ``sin``, ``cos``, ``tanh``, ...), comparisons and
         ``np.where``, ``reshape`` and ``ravel``, reads by slices, ints and
         integer arrays, ``np.pad`` by zeros, transposes and other movements
-        of the data (``np.roll``, ``np.flip``...), ``np.concatenate`` of 1-d
-        values.  A call that uses anything else is computed by
+        of the data (``np.roll``, ``np.flip``...), ``np.concatenate``,
+        ``np.stack`` and the like.  A call that uses anything else is computed by
         :func:`sparsegrad.forward.seed` (``f`` may then run twice in that
         call, and later calls go that way at once); ``cache_info().reason``
         says why, and a debug-level message is logged on the

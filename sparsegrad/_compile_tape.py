@@ -1030,8 +1030,8 @@ def _propagate(E, A, tape):
             source = entry[1]
             key = ("pad", entry[2], tape.shapes[source])
             J.append(A.take_rows(A.vstack([J[source]]), rows, key, index=index))
-        elif kind == "concatenate":
-            J.append(_concatenated(E, A, tape, entry, J))
+        elif kind == "join":
+            J.append(_joined(E, A, tape, entry, J))
         elif kind == "where":
             J.append(_where(E, A, tape, node, entry, J))
         else:
@@ -1039,28 +1039,49 @@ def _propagate(E, A, tape):
     return J
 
 
-def _concatenated(E, A, tape, entry, J):
-    """``np.concatenate``'s Jacobian: the parts' stacked as they are when every
-    part is a forward value, else (constants among them) the forward parts'
-    stacked, read at the result's rows (-1 for a constant's)."""
-    _, parts, keywords = entry
+def _joined(E, A, tape, entry, J):
+    """The Jacobian of ``np.concatenate``, ``np.stack`` and the like, as the
+    eager way's: the parts' Jacobians stacked as they are where the eager way
+    joins them in order (``_functions._joined_in_order``), else the forward
+    parts' stacked and read at the rows the function joins (-1 for a
+    constant's), named by the function, its arguments and the parts."""
+    _, func, parts, form = entry
     forwards = [p for p in parts if J[p] is not None]
     if not forwards:
         return None
-    if len(forwards) == len(parts):
+    args, kwargs = _arguments(form)
+    if _in_order(func, [tape.shapes[p] for p in parts], len(forwards) == len(parts),
+                 args, kwargs):
         return A.vstack([J[p] for p in parts])
-    rows, offset = [], 0
+    arrays, offset = [], 0
     for p in parts:
-        n = tape.lengths[p]
+        shape = tape.shapes[p]
         if J[p] is None:
-            rows.append(np.full(n, -1))
+            arrays.append(np.full(shape, -1, dtype=np.int64))
         else:
-            rows.append(offset + np.arange(n))
-            offset += n
-    rows = np.concatenate(rows).astype(np.int64)
-    key = ("concatenate", keywords, tuple((J[p] is not None, tape.lengths[p]) for p in parts))
+            arrays.append(offset + np.arange(tape.lengths[p], dtype=np.int64).reshape(shape))
+            offset += tape.lengths[p]
+    rows = np.ascontiguousarray(func(arrays, *args, **kwargs), dtype=np.int64).ravel()
+    key = ("join", func, form, tuple((J[p] is not None, tape.shapes[p]) for p in parts))
     index = E.array(("read", key), lambda: np.maximum(rows, 0))
     return A.take_rows(A.vstack([J[p] for p in forwards]), rows, key, index=index)
+
+
+def _in_order(func, shapes, all_forward, args, kwargs):
+    """Whether the eager way joins parts of ``shapes`` by stacking their
+    Jacobians as they are (the conditions of ``_functions._joined_in_order``)."""
+    if not all_forward:
+        return False
+    if func is np.concatenate and len(args) + len(kwargs) <= 1 and set(kwargs) <= {"axis"}:
+        axis = args[0] if args else kwargs.get("axis", 0)
+    elif func is np.hstack and not args and not kwargs and all(len(s) == 1 for s in shapes):
+        axis = 0
+    else:
+        return False
+    if axis is None:
+        return True
+    return (type(axis) is int and axis == 0
+            and all(len(s) >= 1 and s[1:] == shapes[0][1:] for s in shapes))
 
 
 # ---------------------------------------------------------------- compiling

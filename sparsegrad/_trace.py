@@ -201,6 +201,12 @@ _MOVES = frozenset((np.transpose, np.moveaxis, np.swapaxes, np.flip, np.fliplr, 
                     np.matrix_transpose, np.permute_dims))
 
 
+#: numpy functions that join a sequence of arrays (as the eager way's
+#: ``_functions._sequence_function``)
+_JOINS = frozenset((np.concatenate, np.stack, np.hstack, np.vstack, np.dstack,
+                    np.column_stack))
+
+
 def _plain_arguments(args, kwargs):
     """``(args, kwargs)`` made of ints, strings, None, bools and tuples and lists
     of them, as a hashable form that :func:`_arguments` turns back into them
@@ -268,9 +274,9 @@ class Traced(NDArrayOperatorsMixin):
     comparisons and logical operations (bool masks, without derivative) and
     ``np.where`` of a mask, operands broadcast as numpy's, ``reshape`` and
     ``ravel`` in C order, reads by ints, slices, None and Ellipsis, ``np.pad``
-    by zeros, transposes and the other movements of :data:`_MOVES` by plain
-    arguments, and of 1-d values reads by integer arrays and lists and
-    ``np.concatenate``; anything else raises :class:`Untraceable`.
+    by zeros, transposes and the other movements of :data:`_MOVES` and the
+    joins of :data:`_JOINS` by plain arguments, and of 1-d values reads by
+    integer arrays and lists; anything else raises :class:`Untraceable`.
     """
 
     __slots__ = ("value", "node", "tape")
@@ -443,27 +449,8 @@ class Traced(NDArrayOperatorsMixin):
         if func in _MOVES and not (func is np.roll and getattr(args[0] if args else None,
                                                                 "ndim", 0) == 1):
             return self._moved(func, args, kwargs)
-        if func is np.concatenate and len(args) == 1 and (
-                not kwargs or set(kwargs) == {"axis"} and type(kwargs["axis"]) is int
-                and kwargs["axis"] == 0):
-            parts, values = [], []
-            for part in args[0]:
-                if type(part) in (list, tuple) and all(
-                        type(v) in (float, int, np.float64) for v in part):
-                    # ([0.0], [g * h]: numbers, as numpy's float64 array of them)
-                    part = np.array(part, dtype=np.float64)
-                if getattr(part, "ndim", 1) != 1:
-                    raise Untraceable("np.concatenate of n-d values")
-                if type(part) is Traced and part.tape is self.tape:
-                    parts.append(part.node)
-                    values.append(part.value)
-                elif type(part) is np.ndarray and part.dtype == _FLOAT64 and part.ndim == 1:
-                    parts.append(self.tape.constant(part))
-                    values.append(part)
-                else:
-                    raise Untraceable("np.concatenate of a %s" % type(part).__name__)
-            return self.tape.add(("concatenate", tuple(parts), tuple(sorted(kwargs.items()))),
-                                 np.concatenate(values))
+        if func in _JOINS:
+            return self._joined(func, args, kwargs)
         if func is np.where and len(args) == 3 and not kwargs:
             condition, a, b = args
             if not (type(condition) is Traced and condition.value.dtype == _BOOL
@@ -486,6 +473,36 @@ class Traced(NDArrayOperatorsMixin):
                                      np.roll(a.value, shift, **kwargs))
             raise Untraceable("np.roll other than of a value by an integer")
         raise Untraceable(getattr(func, "__name__", str(func)))
+
+    def _joined(self, func, args, kwargs):
+        """``np.concatenate``, ``np.stack`` and the like of values and constants
+        by plain arguments: a gather from the values' Jacobians stacked, by
+        the rows the function joins (as the eager way's ``_move``)."""
+        if not args or type(args[0]) not in (list, tuple):
+            raise Untraceable("np.%s of other than a list or tuple" % func.__name__)
+        rest = list(args[1:]) + list(kwargs.values())
+        form = _plain_arguments(args[1:], kwargs)
+        if form is None or any(isinstance(v, np.integer) for v in rest) \
+                or {"dtype", "casting", "out"} & set(kwargs):
+            # (a numpy integer axis is another path of the eager way's)
+            raise Untraceable("np.%s by other than Python ints, strings, None and tuples"
+                              % func.__name__)
+        parts, values = [], []
+        for part in args[0]:
+            if type(part) in (list, tuple) and all(
+                    type(v) in (float, int, np.float64) for v in part):
+                # ([0.0], [g * h]: numbers, as numpy's float64 array of them)
+                part = np.array(part, dtype=np.float64)
+            if type(part) is Traced and part.tape is self.tape:
+                parts.append(part.node)
+                values.append(part.value)
+            elif type(part) is np.ndarray and part.dtype == _FLOAT64:
+                parts.append(self.tape.constant(part))
+                values.append(part)
+            else:
+                raise Untraceable("np.%s of a %s" % (func.__name__, type(part).__name__))
+        return self.tape.add(("join", func, tuple(parts), form),
+                             func(values, *args[1:], **kwargs))
 
     def _pad(self, array, pad_width, mode="constant", **kwargs):
         """``np.pad`` by zeros: a gather whose rows the pad widths and the shape

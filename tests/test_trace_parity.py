@@ -382,10 +382,19 @@ def bratu(x):
     lambda x: np.rot90(x.reshape(2, 7)).ravel() * np.transpose(x.reshape(2, 7), [1, 0]).ravel(),
     lambda x: np.diagonal(x.reshape(2, 7)) * x[:2] + x.reshape(2, 7).transpose(1, 0)[0],
     lambda x: np.concatenate([[0.0], x, [2.5, 1]])[:-3] * np.concatenate(([3], x[1:]))[::-1],
+    lambda x: np.concatenate([x.reshape(2, 7), x.reshape(2, 7) ** 2]).ravel(),
+    lambda x: np.concatenate([x.reshape(2, 7), np.ones((2, 1)), x.reshape(2, 7)], axis=1),
+    lambda x: np.concatenate((x.reshape(7, 2), x[:4].reshape(2, 2)), axis=None) * 3.0,
+    lambda x: np.stack([x[:7], x[7:] ** 2, np.ones(7)], axis=1)[:, 1:] - np.stack((x[:7], x[7:])).T,
+    lambda x: np.vstack([x[:7], np.zeros(7), x[7:]]) * np.hstack([x[:2], [1.0], x[2:6]]),
+    lambda x: np.dstack([x.reshape(2, 7), x.reshape(2, 7)[::-1]])
+    + np.column_stack([x[:7], x[7:]])[None],
 ], ids=["bratu", "reversed rows", "np.reshape and np.ravel", "ellipsis", "none and ints",
         "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row", "transpose",
         "flip", "roll and swapaxes", "tile and repeat", "moveaxis and broadcast_to",
-        "rot90", "diagonal", "lists of numbers concatenated"])
+        "rot90", "diagonal", "lists of numbers concatenated", "n-d concatenate",
+        "concatenate along 1", "concatenate flat", "stack", "vstack and hstack",
+        "dstack and column_stack"])
 def test_n_d_values_are_recorded(f):
     check(f)
 
@@ -395,8 +404,8 @@ def test_n_d_values_are_recorded(f):
     lambda x: np.roll(x.reshape(2, 7), np.array([1, 2]), axis=(0, 1)),   # by an array
     lambda x: x.reshape(2, 7, order="F").ravel(),         # another order
     lambda x: x.reshape(2, 7)[0, 0] * x,                  # one element
-    lambda x: np.concatenate([x.reshape(2, 7), x.reshape(2, 7)]).ravel(),
     lambda x: np.pad(x, 1, mode="edge"),                  # another pad
+    lambda x: np.stack([x, x], axis=np.int64(1)),         # a numpy integer axis
     lambda x: x.reshape(2, 7)[np.array([1, 0])].ravel(),  # an index array of an n-d value
 ])
 def test_n_d_reads_not_recorded_go_the_eager_way(f):
