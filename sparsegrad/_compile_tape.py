@@ -996,6 +996,9 @@ def _propagate(E, A, tape):
     for node, entry in enumerate(tape.entries):
         kind = entry[0]
         _inline(E, tape, node, entry)
+        if node in tape.scalars:
+            # (a 0-d value: a number to the eager way, a scalar of the call here)
+            E.values[node] = E.make(("param", tape.scalars[node]))
         if kind == "seed":
             J.append(A.identity(tape.lengths[0]))
         elif kind in ("const", "mask"):

@@ -88,8 +88,8 @@ class Tape:
     their memory is reused while it is still in the cache.
     """
 
-    __slots__ = ("entries", "values", "lengths", "shapes", "params", "indexes", "keep",
-                 "_index_ids", "_known_indexes")
+    __slots__ = ("entries", "values", "lengths", "shapes", "params", "scalars", "indexes",
+                 "keep", "_index_ids", "_known_indexes")
 
     def __init__(self, x, keep=None, known_indexes=()):
         self.entries = [("seed", x.shape)]
@@ -97,6 +97,7 @@ class Tape:
         self.lengths = [x.size]
         self.shapes = [x.shape]
         self.params = []
+        self.scalars = {}
         self.indexes = []
         self.keep = keep
         self._index_ids = {}
@@ -119,10 +120,19 @@ class Tape:
         return node
 
     def add(self, entry, value, dtype=_FLOAT64):
-        """A node of a value of ``dtype`` (float64, or bool for a mask)."""
-        if value.dtype != dtype or value.ndim == 0:
+        """A node of a value of ``dtype`` (float64, or bool for a mask, not 0-d).
+
+        A 0-d value is a number to the eager way (numpy's scalar, its partials
+        scalars): its value is also a scalar of the call, ``scalars[node]``
+        the number of its ``params`` entry, read at every call."""
+        if value.dtype != dtype or (value.ndim == 0 and dtype is not _FLOAT64):
             raise Untraceable("a result of dtype %s and shape %s" % (value.dtype, value.shape))
-        return Traced(value, self._node(entry, value), self)
+        node = self._node(entry, value)
+        if value.ndim == 0:
+            value = np.float64(value)
+            self.scalars[node] = len(self.params)
+            self.params.append(value)
+        return Traced(value, node, self)
 
     def constant(self, array):
         """Node of a constant float64 or bool array (its values read at every call)."""
@@ -235,9 +245,10 @@ _NOT_PLAIN = object()
 
 
 def _is_basic_tuple(key):
-    """Whether ``key`` is a tuple, None or Ellipsis (a 1-d value's basic read of
-    another form than one slice)."""
-    return type(key) is tuple or key is None or key is Ellipsis
+    """Whether ``key`` is a tuple, an int, None or Ellipsis (a 1-d value's basic
+    read of another form than one slice)."""
+    return (type(key) is tuple or key is None or key is Ellipsis
+            or _plain_integer(key) is not None)
 
 
 def _plain_widths(widths):
@@ -388,10 +399,7 @@ class Traced(NDArrayOperatorsMixin):
         if form is None:
             raise Untraceable("a read of an n-d value by other than ints, slices, None "
                               "and Ellipsis")
-        value = self.value[key]      # (numpy's IndexError)
-        if value.ndim == 0:
-            raise Untraceable("a read of one element")
-        return self.tape.add(("basic", self.node, form), value)
+        return self.tape.add(("basic", self.node, form), self.value[key])  # (numpy's errors)
 
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and not isinstance(shape[0], int):

@@ -389,12 +389,18 @@ def bratu(x):
     lambda x: np.vstack([x[:7], np.zeros(7), x[7:]]) * np.hstack([x[:2], [1.0], x[2:6]]),
     lambda x: np.dstack([x.reshape(2, 7), x.reshape(2, 7)[::-1]])
     + np.column_stack([x[:7], x[7:]])[None],
+    lambda x: x * x[0] - x[-1],
+    lambda x: np.exp(x[3]) * x[::2] + x[0] ** 2 / x[2],
+    lambda x: np.where(x > 0, x[0], x) * x.reshape(2, 7)[1, 3],
+    lambda x: np.sin(x[1] * 2.0 + x[2]) * x - np.sqrt(x[4]),
+    lambda x: x[0] * x[1] + 1.0,
 ], ids=["bratu", "reversed rows", "np.reshape and np.ravel", "ellipsis", "none and ints",
         "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row", "transpose",
         "flip", "roll and swapaxes", "tile and repeat", "moveaxis and broadcast_to",
         "rot90", "diagonal", "lists of numbers concatenated", "n-d concatenate",
         "concatenate along 1", "concatenate flat", "stack", "vstack and hstack",
-        "dstack and column_stack"])
+        "dstack and column_stack", "elements", "elements in rules", "elements in where",
+        "element arithmetic", "a 0-d result"])
 def test_n_d_values_are_recorded(f):
     check(f)
 
@@ -403,7 +409,6 @@ def test_n_d_values_are_recorded(f):
     lambda x: x.reshape(2, 7).sum(axis=0),                # a reduction
     lambda x: np.roll(x.reshape(2, 7), np.array([1, 2]), axis=(0, 1)),   # by an array
     lambda x: x.reshape(2, 7, order="F").ravel(),         # another order
-    lambda x: x.reshape(2, 7)[0, 0] * x,                  # one element
     lambda x: np.pad(x, 1, mode="edge"),                  # another pad
     lambda x: np.stack([x, x], axis=np.int64(1)),         # a numpy integer axis
     lambda x: x.reshape(2, 7)[np.array([1, 0])].ravel(),  # an index array of an n-d value
