@@ -907,13 +907,15 @@ def _differentiated(E, A, tape, node, entry, J):
 
 def _where(E, A, tape, node, entry, J):
     """``np.where``'s Jacobian as the eager way's ``select``: each forward
-    branch broadcast, its rows of the other branch masked, summed."""
-    _, condition, a, b = entry
+    branch broadcast, its rows of the other branch masked, summed; and so
+    the selections' (``np.maximum``...: entries ``"select"``), except that
+    ``np.where`` of one value in both branches keeps its Jacobian."""
+    kind, condition, a, b = entry
     shape = tape.shapes[node]
     forwards = [(i, s[1]) for i, s in enumerate((a, b)) if s[0] == "n" and J[s[1]] is not None]
     if not forwards:
         return None
-    if a == b:
+    if a == b and kind == "where":
         return _broadcast_jacobian(E, A, tape, J, a[1], shape)
     chosen = _operand(E, tape, condition, shape)
     # (not chosen: 1 - chosen, 0.0 or 1.0 exactly)
@@ -1035,7 +1037,7 @@ def _propagate(E, A, tape):
             J.append(A.take_rows(A.vstack([J[source]]), rows, key, index=index))
         elif kind == "join":
             J.append(_joined(E, A, tape, entry, J))
-        elif kind == "where":
+        elif kind in ("where", "select"):
             J.append(_where(E, A, tape, node, entry, J))
         else:
             J.append(_differentiated(E, A, tape, node, entry, J))

@@ -50,7 +50,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 from . import _structure
 from ._compile_tape import Untraceable, compile_tape, same_index
 from ._memory import pooled
-from ._ufunc_rules import DERIVATIVES
+from ._ufunc_rules import DERIVATIVES, SELECTIONS
 
 __all__ = ["Traced", "Untraceable", "Recorder", "RecorderInfo", "compile_tape"]
 
@@ -333,6 +333,8 @@ class Traced(NDArrayOperatorsMixin):
             s0, v0 = self._operand(inputs[0])
             s1, v1 = self._operand(inputs[1])
             return self.tape.add(("ufunc", ufunc, (s0, s1)), ufunc(v0, v1))
+        if ufunc in SELECTIONS and len(inputs) == 2:
+            return self._selected(ufunc, inputs)
         if ufunc in _MASKS:
             # (a comparison or a logical operation: a mask, without derivative,
             # for np.where and products)
@@ -344,6 +346,19 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable(ufunc.__name__)
         structures, values = zip(*(self._operand(x) for x in inputs))
         return self.tape.add(("ufunc", ufunc, structures), ufunc(*values))
+
+    def _selected(self, ufunc, inputs):
+        """``np.maximum`` and the other selections, as the eager way
+        differentiates them: the rows of the first operand where the rule's
+        mask holds, of the second elsewhere (a node of the mask, and one of
+        the selection, holding the ufunc's value)."""
+        (sa, va), (sb, vb) = self._operand(inputs[0]), self._operand(inputs[1])
+        out = ufunc(va, vb)
+        if np.ndim(out) == 0:
+            raise Untraceable("np.%s of numbers" % ufunc.__name__)
+        first = np.ascontiguousarray(np.broadcast_to(SELECTIONS[ufunc](va, vb, out), out.shape))
+        mask = self.tape.add(("mask", ufunc.__name__, (sa, sb)), first, _BOOL)
+        return self.tape.add(("select", ("n", mask.node), sa, sb), out)
 
     def _power(self, base, exponent, operator=False):
         """``np.power(base, exponent)``, or numpy's operator ``base ** exponent``,

@@ -394,13 +394,17 @@ def bratu(x):
     lambda x: np.where(x > 0, x[0], x) * x.reshape(2, 7)[1, 3],
     lambda x: np.sin(x[1] * 2.0 + x[2]) * x - np.sqrt(x[4]),
     lambda x: x[0] * x[1] + 1.0,
+    lambda x: np.maximum(x, 0.5) + np.maximum(x, 0.25) * np.minimum(x, x[::-1]),
+    lambda x: np.fmax(x, x ** 2) * 2.0 - np.fmin(x[::-1], 0.0) + np.maximum(x, x),
+    lambda x: np.maximum(1.0, x.reshape(2, 7)) - np.minimum(np.ones(7), x.reshape(2, 7)),
 ], ids=["bratu", "reversed rows", "np.reshape and np.ravel", "ellipsis", "none and ints",
         "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row", "transpose",
         "flip", "roll and swapaxes", "tile and repeat", "moveaxis and broadcast_to",
         "rot90", "diagonal", "lists of numbers concatenated", "n-d concatenate",
         "concatenate along 1", "concatenate flat", "stack", "vstack and hstack",
         "dstack and column_stack", "elements", "elements in rules", "elements in where",
-        "element arithmetic", "a 0-d result"])
+        "element arithmetic", "a 0-d result", "maximum and minimum", "fmax and fmin",
+        "selections broadcast"])
 def test_n_d_values_are_recorded(f):
     check(f)
 
