@@ -253,9 +253,13 @@ def test_repeated_target_judged_against_the_residual_on_the_pool(monkeypatch, ca
     ratios.report([failing], [], out=print)
     printed = capsys.readouterr().out
     assert "the residual on the pool" in printed and "trace=True" in printed
-    # without a repeated target (or a Jacobian by hand) the pool's residual is not timed
+    # without a repeated target: the default engine against the pool's residual,
+    # beside forward.seed's, for every case
     plain = ratios.measure("pb", 10, repeats=1, min_time=0, memory=False)
-    assert plain["repeated_pass"] is None and "ratio_pool" not in plain
+    assert plain["repeated_pass"] is None
+    assert plain["traced_ratio_pool"] > 0 and plain["ratio_pool"] > 0
+    ratios.report([plain], [], out=print)
+    assert "the default engine" in capsys.readouterr().out
     by_hand = ratios.measure("sw", 8, repeats=1, min_time=0, memory=False)
     assert by_hand["repeated_pass"] is None and by_hand["ratio_pool"] > 0
 
