@@ -469,6 +469,8 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable("np.%s other than of a value" % func.__name__)
         if func is np.pad:
             return self._pad(*args, **kwargs)
+        if func is np.diff:
+            return self._diff(*args, **kwargs)
         if func in _MOVES and not (func is np.roll and getattr(args[0] if args else None,
                                                                 "ndim", 0) == 1):
             return self._moved(func, args, kwargs)
@@ -526,6 +528,27 @@ class Traced(NDArrayOperatorsMixin):
                 raise Untraceable("np.%s of a %s" % (func.__name__, type(part).__name__))
         return self.tape.add(("join", func, tuple(parts), form),
                              func(values, *args[1:], **kwargs))
+
+    def _diff(self, a, n=1, axis=-1, **kwargs):
+        """``np.diff`` of a value, as the eager way differentiates it: ``n``
+        differences of reads by slices along ``axis``."""
+        if (type(a) is not Traced or a.tape is not self.tape or kwargs
+                or type(n) is not int or type(axis) is not int):
+            raise Untraceable("np.diff other than of a value by Python ints")
+        result = np.diff(a.value, n, axis)   # (numpy's errors)
+        if n == 0:
+            return a
+        if not result.size:
+            raise Untraceable("np.diff with an empty result")
+        axis = np.lib.array_utils.normalize_axis_index(axis, a.value.ndim)
+        x = a
+        for _ in range(n):
+            upper = [slice(None)] * a.value.ndim
+            lower = [slice(None)] * a.value.ndim
+            upper[axis] = slice(1, None)
+            lower[axis] = slice(None, -1)
+            x = x[tuple(upper)] - x[tuple(lower)]
+        return x
 
     def _pad(self, array, pad_width, mode="constant", **kwargs):
         """``np.pad`` by zeros: a gather whose rows the pad widths and the shape

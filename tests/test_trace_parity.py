@@ -397,6 +397,8 @@ def bratu(x):
     lambda x: np.maximum(x, 0.5) + np.maximum(x, 0.25) * np.minimum(x, x[::-1]),
     lambda x: np.fmax(x, x ** 2) * 2.0 - np.fmin(x[::-1], 0.0) + np.maximum(x, x),
     lambda x: np.maximum(1.0, x.reshape(2, 7)) - np.minimum(np.ones(7), x.reshape(2, 7)),
+    lambda x: np.diff(x) * x[1:] + np.diff(x, 2)[0],
+    lambda x: np.diff(x.reshape(2, 7), axis=0) * np.diff(x.reshape(2, 7), 3, axis=1)[:, :1],
 ], ids=["bratu", "reversed rows", "np.reshape and np.ravel", "ellipsis", "none and ints",
         "broadcast columns", "outer", "where", "pad", "1-d tuple keys", "a row", "transpose",
         "flip", "roll and swapaxes", "tile and repeat", "moveaxis and broadcast_to",
@@ -404,7 +406,7 @@ def bratu(x):
         "concatenate along 1", "concatenate flat", "stack", "vstack and hstack",
         "dstack and column_stack", "elements", "elements in rules", "elements in where",
         "element arithmetic", "a 0-d result", "maximum and minimum", "fmax and fmin",
-        "selections broadcast"])
+        "selections broadcast", "diff", "diff of n-d values"])
 def test_n_d_values_are_recorded(f):
     check(f)
 
