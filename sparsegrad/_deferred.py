@@ -17,15 +17,14 @@ owners copy before writing into them) and copies of the caller's arrays.
 ((3,), array([0., 2., 4.]))
 """
 import math
-import operator
 
 import numpy as np
 
 __all__ = ["Deferred", "compute"]
 
-#: ``Deferred(contiguous=...)`` of a result that is C-contiguous when every
-#: operand of at least one dimension has its strides in C order
-IF_OPERANDS_IN_C_ORDER = "if operands in C order"
+#: ``Deferred(contiguous=...)`` of a result whose strides are in C order, not
+#: necessarily C-contiguous (a basic read of a C-contiguous array)
+IN_C_ORDER = "in C order"
 
 
 class Deferred:
@@ -35,21 +34,23 @@ class Deferred:
     it (numpy's own rules for the operation); :meth:`compute` checks them.
     """
 
-    __slots__ = ("function", "args", "shape", "dtype", "contiguous", "_result")
+    __slots__ = ("function", "args", "shape", "ndim", "dtype", "contiguous", "_result")
 
     def __init__(self, function, args, shape, dtype, contiguous=False):
         self.function = function
-        # (whether the result will be a new C-contiguous array: True, False, or
-        # IF_OPERANDS_IN_C_ORDER for data movement and concatenations, which
-        # give one when their operands are in C order: asked only when needed,
-        # then kept, see c_contiguous)
+        # (the result's layout: True, a C-contiguous array; IN_C_ORDER, strides
+        # in C order; False, not known.  Each rule that makes a Deferred says it
+        # from its operands' layouts, known when they were made (see
+        # in_c_order): a reshape asks it of one value, never of the expression
+        # below it)
         self.contiguous = contiguous
         self.args = tuple(args)
         self.shape = tuple(shape)
+        # (an attribute: asked of every deferred operand, as of an array's)
+        self.ndim = len(self.shape)
         self.dtype = np.dtype(dtype)
         self._result = None
 
-    ndim = property(lambda self: len(self.shape))
     size = property(lambda self: math.prod(self.shape))
 
     def __len__(self):
@@ -99,65 +100,53 @@ def compute(array):
     return array.compute() if type(array) is Deferred else array
 
 
-def c_contiguous(array, depth=0):
-    """Whether ``array``, or a :class:`Deferred` one once computed, is C-contiguous.
+def c_contiguous(array):
+    """Whether ``array``, or a :class:`Deferred` one once computed, is C-contiguous;
+    False where it is not known.
 
-    Known without computing for a result made ``contiguous`` and for a ufunc of operands of its result's shape whose
-    strides are in C order (numpy then lays the result out in C order); False
-    where it is not known.
-
-    >>> c_contiguous(Deferred(np.exp, (np.ones((2, 3))[:, 1:],), (2, 2), np.float64))
+    >>> c_contiguous(Deferred(np.exp, (np.ones((2, 3)),), (2, 3), np.float64, True))
     True
     """
-    if type(array) is not Deferred:
-        return bool(array.flags.c_contiguous)
-    if array._result is not None:
-        return bool(array._result.flags.c_contiguous)
-    if array.contiguous is True:
-        return True
-    if array.contiguous is _NOT_KNOWN or depth > 32:
-        return False
-    # (kept on the value: operands shared by several reads are looked at once.
-    # A False may become True once operands are computed; it only sends a
-    # reshape to the way that asks numpy, which is always right)
-    known = _c_contiguous(array, depth)
-    array.contiguous = True if known else _NOT_KNOWN
-    return known
-
-
-#: ``Deferred.contiguous`` once :func:`c_contiguous` found it not known
-_NOT_KNOWN = "not known"
-
-
-def _c_contiguous(array, depth):
-    if array.contiguous is IF_OPERANDS_IN_C_ORDER:
-        return all(c_ordered(v, depth + 1) for v in array.args if getattr(v, "ndim", 0))
-    if not isinstance(array.function, np.ufunc):
-        return False
-    for operand in array.args:
-        if not getattr(operand, "shape", ()):
-            continue  # (a scalar)
-        if operand.shape != array.shape:
-            return False  # (broadcast: numpy's layout of the result is not followed here)
-        if not c_ordered(operand, depth + 1):
+    if type(array) is Deferred:
+        if array.contiguous is True:
+            return True
+        array = array._result
+        if array is None:
             return False
+    return bool(array.flags.c_contiguous)
+
+
+def in_c_order(arrays):
+    """Whether each array among ``arrays`` (numpy arrays and :class:`Deferred`
+    ones; numbers are skipped) has its strides in C order; False where that is
+    not known.
+
+    A ufunc of operands of one shape, or a data movement or concatenation, of
+    arrays in C order gives a C-contiguous array (numpy lays the result out as
+    its operands are).
+
+    >>> in_c_order([np.ones((2, 3))[:, 1:], 2.0])
+    True
+    >>> in_c_order([np.ones((2, 3)).T])
+    False
+    """
+    for array in arrays:
+        if type(array) is Deferred:
+            if array.contiguous is False:
+                result = array._result  # (computed meanwhile: its own strides say)
+                if result is None or not _strides_in_c_order(result):
+                    return False
+        elif type(array) is np.ndarray:
+            if array.ndim > 1 and not _strides_in_c_order(array):  # (one stride: in order)
+                return False
     return True
 
 
-def c_ordered(array, depth=0):
-    """Whether the strides of ``array`` (computed or not) are in C order; False
-    where it is not known."""
-    if type(array) is Deferred and array._result is None:
-        if array.function is operator.getitem:
-            # (a gather makes a new array; a basic read of a C-contiguous array is
-            # in C order: a slice's step k < n along an axis multiplies its
-            # stride by less than the next outer stride is, integers drop axes)
-            parent, key = array.args
-            return type(key) is np.ndarray or c_contiguous(parent, depth)
-        return c_contiguous(array, depth)
-    elif type(array) is Deferred:
-        array = array._result
+def _strides_in_c_order(array):
     if array.flags.c_contiguous:
         return True
+    # (a slice's step k < n along an axis multiplies its stride by less than the
+    # next outer stride is, integers drop axes: a basic read of a C-contiguous
+    # array passes)
     strides = [abs(s) for s, n in zip(array.strides, array.shape) if n > 1]
     return strides == sorted(strides, reverse=True)

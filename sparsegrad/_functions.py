@@ -35,7 +35,7 @@ from . import _backend, _structure
 from . import _jacobian as jac
 from ._errors import unsupported
 from ._indexing import row_index
-from ._deferred import Deferred, compute, c_contiguous, IF_OPERANDS_IN_C_ORDER
+from ._deferred import Deferred, compute, c_contiguous, in_c_order
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian,
                      cast_input, check_real_axis, view_of, _View, zero_d_array, real_part,
                      imaginary_part, no_part)
@@ -262,7 +262,7 @@ def _move(apply, operands, fills=False, defer=False, key=None):
             result = apply([compute(v) for v in values], False)
         else:
             result = Deferred(lambda *arrays: apply(list(arrays), False), values, shape,
-                              np.float64, contiguous=IF_OPERANDS_IN_C_ORDER)
+                              np.float64, contiguous=in_c_order(values))
     stacked = jac.vstack(jacobians)
 
     def pair(v, r, k=0):
@@ -408,12 +408,13 @@ def _reshaping(function, order_position):
         raw = a._raw
         if (type(raw) is Deferred and not isinstance(a, _View) and c_contiguous(raw)
                 and not _holds_arrays(args, kwargs) and "copy" not in kwargs):
-            # (sparsity mode: deferred too, numpy's shape from an array of the
-            # same layout; a view, as numpy's of a C-contiguous array in C order
-            # always is)
-            reshaped = function(np.empty(raw.shape, raw.dtype), *args, **kwargs)
+            # (sparsity mode: deferred too, in numpy's shape; a view, as numpy's
+            # of a C-contiguous array in C order always is, and C-contiguous)
+            shape = _reshaped_shape(function, raw.shape, args, kwargs)
+            if shape is None:  # (numpy's shape, or its error, from an array of that layout)
+                shape = function(np.empty(raw.shape, raw.dtype), *args, **kwargs).shape
             return view_of(a, Deferred(lambda array: function(array, *args, **kwargs), (raw,),
-                                       reshaped.shape, raw.dtype),
+                                       shape, raw.dtype, True),
                            a._jacobian, _bound(function, args, kwargs))
         result = function(a._value, *args, **kwargs)
         if type(raw) is np.ndarray and raw.flags.c_contiguous and "copy" not in kwargs:
@@ -422,6 +423,39 @@ def _reshaping(function, order_position):
             return view_of(a, result, a._jacobian, _bound(function, args, kwargs))
         return _viewed(make(result, a._jacobian), a, _bound(function, args, kwargs))
     return reshaped
+
+
+def _reshaped_shape(function, shape, args, kwargs):
+    """The shape of ``function(array, *args, **kwargs)``, C order, for an array
+    of ``shape``, as numpy works it out: for ``ravel`` and for ``reshape`` to
+    Python ints (one of them -1 at most: the size over the others'); None for
+    any other call, whose shape (or error) numpy's own call then gives.
+
+    >>> _reshaped_shape(np.reshape, (4, 3), ((2, -1),), {"order": "C"})
+    (2, 6)
+    >>> _reshaped_shape(np.reshape, (4, 3), (5,), {}) is None
+    True
+    """
+    if kwargs and (len(kwargs) > 1 or "order" not in kwargs):
+        return None
+    if function is np.ravel:
+        return (math.prod(shape),) if len(args) + len(kwargs) <= 1 else None
+    if function is not np.reshape or not 1 <= len(args) <= 2 - len(kwargs):
+        return None
+    new = args[0]
+    if type(new) is int:
+        new = (new,)
+    elif type(new) is not tuple or not all(type(n) is int and n >= -1 for n in new):
+        return None
+    if new.count(-1) > 1:
+        return None
+    size = math.prod(shape)
+    known = -math.prod(new) if -1 in new else math.prod(new)
+    if -1 in new:
+        if known == 0 or size % known:
+            return None
+        return tuple(size // known if n == -1 else n for n in new)
+    return new if known == size else None
 
 
 def _layout_order(array, order, name):
@@ -601,7 +635,7 @@ def _joined_in_order(function, arrays, args, kwargs):
     if jacobian.seed.pattern_only and all(
             type(raw) in _DEFERRABLE and raw.dtype == np.float64 for raw in raws):
         return make(Deferred(lambda *parts: np.concatenate(parts, axis=axis), raws, shape,
-                             np.float64, contiguous=IF_OPERANDS_IN_C_ORDER),
+                             np.float64, contiguous=in_c_order(raws)),
                     jacobian)
     return make(np.concatenate([x._value for x in arrays], axis=axis), jacobian)
 

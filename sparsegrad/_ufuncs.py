@@ -16,7 +16,7 @@ from . import _backend
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported
-from ._deferred import Deferred, compute
+from ._deferred import Deferred, compute, in_c_order
 from ._indexing import row_index
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian, cast_input,
                      cast_is_constant, check_real_axis, _broadcast_rows, _device_keys,
@@ -203,7 +203,9 @@ def power_by(shortcut, x, exponent):
                                  and raw.dtype is _FLOAT64):
         # (sparsity mode: computed when read, the pattern x's; x's array is kept)
         x._owns = False
-        return make(Deferred(shortcut, (raw,), raw.shape, raw.dtype), J)
+        # (a new array of one dimension is C-contiguous, whatever its operands)
+        return make(Deferred(shortcut, (raw,), raw.shape, raw.dtype,
+                             raw.ndim < 2 or in_c_order((raw,))), J)
     array = x._value
     out = shortcut(array)
     if array.dtype is _FLOAT64 and type(array) is np.ndarray:
@@ -331,7 +333,9 @@ def _common_operands(ufunc, inputs):
                 if J is not union:
                     union = jac.add(jacobians)
                     break
-            return make(Deferred(ufunc, values, shape, _FLOAT64), union)
+            # (a new array of one dimension is C-contiguous, whatever its operands)
+            return make(Deferred(ufunc, values, shape, _FLOAT64,
+                                 len(shape) < 2 or in_c_order(values)), union)
         values = [compute(v) for v in values]  # (only sparsity mode defers values)
     out = ufunc(*values)
     if out.dtype is not _FLOAT64:  # (no rule of a float64 ufunc gives another dtype)

@@ -28,7 +28,7 @@ from . import _backend, _structure
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
-from ._deferred import Deferred
+from ._deferred import Deferred, c_contiguous, IN_C_ORDER
 from ._indexing import (Assembly, row_index, only_slices as _only_slices,
                         slice_key as _slice_key)
 from ._memory import pooled
@@ -316,7 +316,9 @@ class value(NDArrayOperatorsMixin):
         shape = np.shape(rows)  # (a basic key's result has the shape of the rows read)
         J = jac.take_rows(self._jacobian, rows, _slice_key(self.shape, key),
                           may_be_empty=False)
-        array = Deferred(operator.getitem, (raw, key), shape, raw.dtype)
+        # (a basic read of a C-contiguous array is in C order, see in_c_order)
+        array = Deferred(operator.getitem, (raw, key), shape, raw.dtype,
+                         IN_C_ORDER if c_contiguous(raw) else False)
         if shape or Ellipsis in (key if type(key) is tuple else (key,)):
             # (numpy's basic indexing gives a view, a scalar only for a 0-d result
             # without an Ellipsis)
@@ -344,7 +346,8 @@ class value(NDArrayOperatorsMixin):
             largest = rows.max(initial=-1)
         if largest >= len(raw):
             np.broadcast_to(np.empty((), raw.dtype), raw.shape)[key]  # (numpy's IndexError)
-        return make(Deferred(operator.getitem, (raw, rows), rows.shape, raw.dtype),
+        # (a gather of a 1-d array makes a new 1-d one: C-contiguous)
+        return make(Deferred(operator.getitem, (raw, rows), rows.shape, raw.dtype, True),
                     jac.take_rows(self._jacobian, rows, exact or _slice_key(self.shape, key),
                                   may_be_empty=False))
 

@@ -139,6 +139,65 @@ def test_reshapes_and_dtype_changes():
     assert_array_equal(joined.value, np.concatenate([x0, x0]).astype(np.float32))
 
 
+def test_reshapes_stay_deferred_where_the_layout_is_known_at_the_call():
+    # each deferred result knows its layout from its operands' when it is made:
+    # a reshape of a C-contiguous one is deferred too, and numpy's view of it
+    n = 4
+    x0 = np.arange(1.0, n * n + 1.0)
+    expected_grid = np.pad(x0.reshape(n, n), 1)
+    x = forward.seed_sparsity(x0)
+    U = np.pad(x.reshape(n, n), 1)
+    inner = U[1:-1, 1:-1] * 2.0 + np.exp(U[2:, 1:-1]) - U[1:-1, :-2] ** 2
+    flat = inner.ravel()
+    assert _deferred(U) and _deferred(inner) and _deferred(flat)
+    expected = (expected_grid[1:-1, 1:-1] * 2.0 + np.exp(expected_grid[2:, 1:-1])
+                - expected_grid[1:-1, :-2] ** 2)
+    for shape in ((n * n,), (n, -1), (-1, 2, 2), (2, 8), n * n):
+        reshaped = inner.reshape(shape)
+        assert _deferred(reshaped)
+        assert_array_equal(reshaped.value, expected.reshape(shape))
+    joined = np.concatenate([x * 1.0, x * 2.0]).reshape(2, n * n)
+    assert _deferred(joined)
+    assert_array_equal(joined.value, np.concatenate([x0, 2.0 * x0]).reshape(2, n * n))
+    flat[0] = 7.0                            # a write through the view reaches its base
+    expected[0, 0] = 7.0
+    assert_array_equal(inner.value, expected)
+    assert_array_equal(flat.value, expected.ravel())
+
+
+def test_reshapes_of_values_not_in_c_order_copy_as_numpy():
+    x0 = np.arange(1.0, 7.0)
+    for transposed in (lambda v: v.reshape(2, 3).T, lambda v: v.reshape(2, 3)[:, ::-1].T):
+        x = forward.seed_sparsity(x0)
+        y = transposed(x) * 2.0              # laid out as its operand: not C-contiguous
+        expected = transposed(x0) * 2.0
+        flat = y.ravel()
+        assert_array_equal(flat.value, expected.ravel())
+        flat[0] = -1.0                       # numpy's ravel copied: y is not written
+        assert_array_equal(y.value, expected)
+        assert flat.value[0] == -1.0
+
+
+def _outcome(call):
+    try:
+        return np.shape(call())
+    except (ValueError, TypeError) as error:
+        return type(error), str(error)
+
+
+def test_deferred_reshapes_give_numpy_shapes_and_errors():
+    x0 = np.arange(6.0)
+    y = forward.seed_sparsity(x0) * 1.0
+    for shape in ((4, -1), (-1, -1), (5,), (0, -1), (-2, 3), (2, 3.0), (3, -1), -1, 6,
+                  (), (1, 6, 1), (-1, 1, 1)):
+        assert _outcome(lambda: y.reshape(shape)) == _outcome(lambda: x0.reshape(shape))
+    assert _outcome(lambda: np.ravel(y, "C", order="C")) == _outcome(
+        lambda: np.ravel(x0, "C", order="C"))
+    assert_array_equal(np.reshape(y, (3, 2), "C").value, x0.reshape(3, 2))
+    assert_array_equal(np.reshape(y, shape=(2, 3)).value, x0.reshape(2, 3))
+    assert_array_equal(np.squeeze(y.reshape(1, 6)).value, x0)
+
+
 def test_a_deferred_value_checks_what_it_computes():
     wrong = Deferred(np.add, (np.ones(3), 1.0), (4,), np.float64)
     with pytest.raises(RuntimeError, match="internal error"):
