@@ -40,7 +40,7 @@ import numpy as np
 
 from . import _fast
 from . import _jacobian
-from ._indexing import slice_key
+from ._indexing import Assembly, broadcast_rows, row_index, slice_key
 from ._jacobian import _index_dtype
 from ._ufunc_rules import DERIVATIVES
 
@@ -690,7 +690,7 @@ class _Algebra:
         E = self.E
         out = []
         for first, block in self.pieces(J):
-            for s, d, M in block.terms:
+            for s, d, M in self.terms(block):
                 scale = s if d is None else E.arith("multiply", self.vector(d), s)
                 for a0, b0, c, data in M.parts:
                     local = E.compose(scale, (-1, a0, 1, 0), b0 - a0)
@@ -854,7 +854,7 @@ def _inline(E, tape, node, entry):
         _, index = _gathered(E, tape, entry)
         E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0),
                                    tape.lengths[node])
-    elif kind == "reshape":
+    elif kind in ("reshape", "copy"):
         E.values[node] = E.value(entry[1])
     elif kind in ("basic", "move"):
         index = (_basic_rows if kind == "basic" else _moved_rows)(E, tape, entry)
@@ -990,13 +990,134 @@ def _lists(nested):
     return [_lists(v) for v in nested] if type(nested) is tuple else nested
 
 
+class _AssemblyRows:
+    """:class:`sparsegrad._indexing.EagerRows` on :class:`_Jacobian`: the
+    Jacobian algebra of an :class:`~sparsegrad._indexing.Assembly` of written
+    values, which then assembles as the eager way's does (the same pieces,
+    runs, gathers and names of matrices)."""
+
+    def __init__(self, E, A):
+        self.E = E
+        self.A = A
+        self._kept = {}   # (the eager way's kept row numbers: key -> (rows, number))
+
+    @staticmethod
+    def seed(J):
+        return None
+
+    @staticmethod
+    def n_rows(J):
+        return J.n
+
+    def is_zero(self, J):
+        return self.A.is_zero(J)
+
+    @staticmethod
+    def check(pieces):
+        pass
+
+    @staticmethod
+    def zero(seed, n):
+        return _Jacobian(n, ())
+
+    def add(self, jacobians):
+        return self.A.add(jacobians)
+
+    def vstack(self, jacobians):
+        return self.A.vstack(jacobians)
+
+    @staticmethod
+    def stacked(seed, blocks):
+        firsts = itertools.accumulate((block.n for block in blocks[:-1]), initial=0)
+        return _Jacobian(sum(block.n for block in blocks), blocks=tuple(zip(firsts, blocks)))
+
+    def take_rows(self, J, rows):
+        index = self.E.array(("assembled", self.E.unique()), lambda: np.maximum(rows, 0))
+        return self.A.take_rows(J, rows, None, index=index)
+
+    def slice_rows(self, J, read):
+        return self.A.take_rows(J, np.arange(read.start, read.stop), ((J.n,), read.indices(J.n)),
+                                stride=(read.start, 1))
+
+    def kept_rows(self, seed, J, key, rows):
+        # (the eager way keeps one array of row numbers per key, replaced by
+        # other numbers: equal numbers under one key are one array, one name)
+        known = self._kept.get(key)
+        if known is None or not np.array_equal(known[0], rows):
+            known = self._kept[key] = (rows, self.E.unique())
+        index = self.E.array(("kept", known[1]), lambda: np.maximum(rows, 0))
+        return self.A.take_rows(J, rows, ("array", (J.n,), ("kept", known[1])), index=index)
+
+
+#: entries whose operand is the node after their kind
+_READS_NODE = frozenset(("slice", "gather", "roll", "reshape", "basic", "move", "pad", "copy"))
+
+
+def _read_nodes(entry):
+    """The nodes whose Jacobians an entry reads (a write's: its source's)."""
+    kind = entry[0]
+    if kind in _READS_NODE:
+        return (entry[1],)
+    if kind == "join":
+        return entry[2]
+    if kind == "ufunc":
+        structures = entry[2]
+    elif kind in ("where", "select"):
+        structures = entry[1:4]
+    elif kind in ("power", "write"):
+        structures = (entry[1] if kind == "power" else entry[3],)
+    else:
+        return ()
+    return [k for s, k in structures if s == "n"]
+
+
+def _materialize(J, entry):
+    """Assemblies that ``entry`` reads assembled, as the eager way's reads do
+    (all but comparisons, gathers by index arrays and the target of a write
+    read a value's whole Jacobian, which assembles it in place)."""
+    gathered = entry[0] == "gather"
+    for k in _read_nodes(entry):
+        if isinstance(J[k], Assembly) and not gathered:
+            J[k] = J[k].materialize()
+
+
+def _write_key(tape, form):
+    """The key of a write, as its form names it."""
+    return _basic_key(form[1]) if form[0] == "basic" else tape.indexes[form[1]]
+
+
+def _written(tape, entry, J, rows):
+    """The Jacobian of a value after a write: its assembly (``rows``: the
+    compiler's :class:`_AssemblyRows`) with the rows written, as the eager
+    way's ``value._write`` writes them."""
+    _, base, form, (kind, k) = entry
+    assembly = J[base]
+    forward = kind == "n" and J[k] is not None
+    if assembly is None:
+        if forward:
+            # (the eager way's plain array cannot take it: its error)
+            raise Untraceable("a write of a value into a constant")
+        return None
+    if not isinstance(assembly, Assembly):
+        assembly = Assembly(assembly, rows)
+    target = row_index(tape.shapes[base])[_write_key(tape, form)]
+    if forward:
+        source = broadcast_rows(tape.shapes[k], target.shape)
+        assembly.write(target.ravel(), J[k], source.ravel())
+    else:
+        assembly.write(target.ravel(), None, None)
+    return assembly
+
+
 def _propagate(E, A, tape):
     """The eager way's Jacobian (:class:`_Jacobian`) of every node, None for
     the values the eager way holds as plain arrays (constants, masks, what is
     computed from them only)."""
     J = []
+    assembling = _AssemblyRows(E, A)
     for node, entry in enumerate(tape.entries):
         kind = entry[0]
+        _materialize(J, entry)
         _inline(E, tape, node, entry)
         if node in tape.scalars:
             # (a 0-d value: a number to the eager way, a scalar of the call here)
@@ -1005,6 +1126,14 @@ def _propagate(E, A, tape):
             J.append(A.identity(tape.lengths[0]))
         elif kind in ("const", "mask"):
             J.append(None)
+        elif kind == "created":
+            J.append(_Jacobian(tape.lengths[node], ()))
+        elif kind == "write":
+            J.append(_written(tape, entry, J, assembling))
+        elif kind == "gather" and isinstance(J[entry[1]], Assembly):
+            # (the eager way gathers an assembly's rows by index without assembling it)
+            _, index = _gathered(E, tape, entry)
+            J.append(J[entry[1]].take_rows(E.arrays[index]))
         elif kind == "slice":
             _, source, start, stop, step, m = entry
             J.append(A.take_rows(J[source], start + step * np.arange(m),
@@ -1013,8 +1142,8 @@ def _propagate(E, A, tape):
         elif kind in ("gather", "roll"):
             key, index = _gathered(E, tape, entry)
             J.append(A.take_rows(J[entry[1]], E.arrays[index], key, index=index))
-        elif kind == "reshape":
-            # (the eager way's reshape in C order keeps the Jacobian)
+        elif kind in ("reshape", "copy"):
+            # (the eager way's reshape in C order and copy keep the Jacobian)
             J.append(J[entry[1]])
         elif kind == "basic":
             index = _basic_rows(E, tape, entry)
@@ -1339,6 +1468,8 @@ def _compile(tape, output):
     E = _Expressions(tape.params)
     A = _Algebra(E)
     J = _propagate(E, A, tape)[output]
+    if isinstance(J, Assembly):
+        J = J.materialize()
     if J is None:
         raise Untraceable("a result that does not depend on the argument")
     terms = A.merged(J)

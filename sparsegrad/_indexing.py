@@ -102,6 +102,82 @@ def _as_slice(rows, n):
     return rows
 
 
+def broadcast_rows(shape, target_shape):
+    """Row numbers of a value of ``shape`` broadcast to ``target_shape`` as numpy's
+    assignment does (leading axes of length 1 beyond the target's are dropped)."""
+    rows = row_index(shape)
+    while rows.ndim > len(target_shape) and rows.shape[0] == 1:
+        rows = rows[0]
+    return np.broadcast_to(rows, target_shape)
+
+
+class EagerRows:
+    """The Jacobian algebra an :class:`Assembly` builds with: the eager way's
+    (``sparsegrad._jacobian``).  The recorded evaluation's compiler gives its
+    own, of the same methods, so that one assembly serves both engines."""
+
+    @staticmethod
+    def seed(J):
+        return J.seed
+
+    @staticmethod
+    def n_rows(J):
+        return J.n_rows
+
+    @staticmethod
+    def is_zero(J):
+        return J.is_zero
+
+    @staticmethod
+    def check(pieces):
+        jac.common_seed(pieces)
+
+    @staticmethod
+    def zero(seed, n):
+        return jac.zero(seed, n)
+
+    @staticmethod
+    def add(jacobians):
+        return jac.add(jacobians)
+
+    @staticmethod
+    def vstack(jacobians):
+        return jac.vstack(jacobians)
+
+    @staticmethod
+    def stacked(seed, blocks):
+        return jac.Jacobian.stacked(seed, blocks)
+
+    @staticmethod
+    def take_rows(J, rows):
+        """Rows ``rows`` of ``J`` (-1: an empty row), their matrices of their own."""
+        return jac.take_rows(J, rows)
+
+    @staticmethod
+    def slice_rows(J, read):
+        """Rows ``read`` (a slice of step 1) of ``J``, named as a basic read's."""
+        return jac.take_rows(J, jac._arange(J.n_rows)[read], slice_key((J.n_rows,), read),
+                             may_be_empty=False)
+
+    @staticmethod
+    def kept_rows(seed, J, key, rows):
+        """``take_rows(J, rows)`` by row numbers that the seed's structure keeps
+        under ``key``: when equal to the kept ones, the kept array itself, under
+        whose ``id`` the gathered selections are cached too (see
+        :meth:`Assembly._piece_rows`)."""
+        structure = seed.structure
+        known = _structure.recall(structure.moves, key)
+        found = known is not None and jac._same_rows(known[0], rows)
+        _structure.looked_up(found)
+        if found:
+            rows = known[0]
+        else:
+            rows = jac._readonly(rows)
+            _structure.store(structure.moves, key, (rows, None), jac.MAX_MOVES)
+            structure.keep(rows)
+        return jac.take_rows(J, rows, ("array", (J.n_rows,), id(rows)))
+
+
 class Assembly:
     """A Jacobian under construction by index writes.
 
@@ -112,15 +188,19 @@ class Assembly:
     ``(start, stop, piece, first row of the piece)`` in order, and ``owner``
     and ``position`` are made from them only when a write or a read needs
     them: writes then cost no pass over the rows.
+
+    ``rows``: the Jacobian algebra of the pieces (:class:`EagerRows`, or the
+    recorded evaluation's compiler's, which assembles as this one does).
     """
 
-    __slots__ = ("seed", "pieces", "n_rows", "_runs", "_owner", "_position")
+    __slots__ = ("seed", "pieces", "n_rows", "rows", "_runs", "_owner", "_position")
 
-    def __init__(self, base):
-        self.seed = base.seed
+    def __init__(self, base, rows=EagerRows):
+        self.rows = rows
+        self.seed = rows.seed(base)
         self.pieces = [base]
-        self.n_rows = base.n_rows
-        self._runs = [(0, base.n_rows, 0, 0)]
+        self.n_rows = rows.n_rows(base)
+        self._runs = [(0, self.n_rows, 0, 0)]
         self._owner = self._position = None
 
     @property
@@ -162,11 +242,11 @@ class Assembly:
     def write(self, rows, piece, piece_rows):
         """Rows ``rows`` now come from rows ``piece_rows`` of ``piece`` (``None``: zero)."""
         rows = _as_slice(rows, self.n_rows)
-        zero = piece is None or piece.is_zero
+        zero = piece is None or self.rows.is_zero(piece)
         if not zero:
-            jac.common_seed([self.pieces[0], piece])
+            self.rows.check([self.pieces[0], piece])
         if self._runs is not None and type(rows) is slice:
-            source = None if zero else _as_slice(piece_rows, piece.n_rows)
+            source = None if zero else _as_slice(piece_rows, self.rows.n_rows(piece))
             if zero or type(source) is slice:
                 self._paint(rows.start, rows.stop, -1 if zero else len(self.pieces),
                             0 if zero else source.start)
@@ -202,37 +282,35 @@ class Assembly:
         # pieces owning at least one row, in O(rows) (owner -1 means a zero row)
         used = np.flatnonzero(np.bincount(owner + 1, minlength=len(self.pieces) + 1)[1:])
         if len(used) == 0:
-            return jac.zero(self.seed, len(owner))
+            return self.rows.zero(self.seed, len(owner))
         if len(used) <= _FEW_PIECES:
             # gather each piece's terms into place and add them: the terms are
             # merged once, when the result is needed, without stacking copies
-            return jac.add([self._piece_rows(k, np.where(owner == k, position, -1))
-                            for k in used])
-        stacked = jac.vstack([self.pieces[k] for k in used])
+            return self.rows.add([self._piece_rows(k, np.where(owner == k, position, -1))
+                                  for k in used])
+        stacked = self.rows.vstack([self.pieces[k] for k in used])
         offsets = np.zeros(used[-1] + 1, dtype=INDEX_DTYPE)
-        offsets[used] = np.cumsum([0] + [self.pieces[k].n_rows for k in used[:-1]])
+        offsets[used] = np.cumsum([0] + [self.rows.n_rows(self.pieces[k]) for k in used[:-1]])
         global_rows = np.where(owner >= 0, offsets[np.maximum(owner, 0)] + position, -1)
-        return jac.take_rows(stacked, global_rows)
+        return self.rows.take_rows(stacked, global_rows)
 
     def _stacked(self, runs):
         """The assembled Jacobian as blocks, one per run ``(start, stop, piece,
         first row of the piece)``: a piece's consecutive rows (read by a slice,
         whose gathers the structure keeps as a basic read's), or zero rows."""
-        blocks = []
+        algebra, blocks = self.rows, []
         for a, b, k, first in runs:
             piece = self.pieces[k] if k >= 0 else None
-            if piece is None or piece.is_zero:
-                blocks.append(jac.zero(self.seed, b - a))
+            if piece is None or algebra.is_zero(piece):
+                blocks.append(algebra.zero(self.seed, b - a))
                 continue
-            if first == 0 and b - a == piece.n_rows:
+            if first == 0 and b - a == algebra.n_rows(piece):
                 blocks.append(piece)
                 continue
-            read = slice(first, first + b - a)
-            blocks.append(jac.take_rows(piece, jac._arange(piece.n_rows)[read],
-                                        slice_key((piece.n_rows,), read), may_be_empty=False))
+            blocks.append(algebra.slice_rows(piece, slice(first, first + b - a)))
         if not blocks:
-            return jac.zero(self.seed, self.n_rows)
-        return blocks[0] if len(blocks) == 1 else jac.Jacobian.stacked(self.seed, blocks)
+            return algebra.zero(self.seed, self.n_rows)
+        return blocks[0] if len(blocks) == 1 else algebra.stacked(self.seed, blocks)
 
     def _piece_rows(self, k, rows):
         """``take_rows`` of piece ``k`` (rows ``-1`` where it owns none), its row
@@ -245,21 +323,11 @@ class Assembly:
         matrices and goes by a merge plan.
         """
         piece = self.pieces[k]
-        structure = self.seed.structure
         # (the same key for assemblies of one layout: one entry each, whose rows
         # are compared, all of them, at every evaluation: the key only finds
         # the entry, the rows found are always equal to this assembly's own)
-        key = ("assembly", len(rows), k, len(self.pieces), piece.n_rows)
-        known = _structure.recall(structure.moves, key)
-        found = known is not None and jac._same_rows(known[0], rows)
-        _structure.looked_up(found)
-        if found:
-            rows = known[0]
-        else:
-            rows = jac._readonly(rows)
-            _structure.store(structure.moves, key, (rows, None), jac.MAX_MOVES)
-            structure.keep(rows)
-        return jac.take_rows(piece, rows, ("array", (piece.n_rows,), id(rows)))
+        key = ("assembly", len(rows), k, len(self.pieces), self.rows.n_rows(piece))
+        return self.rows.kept_rows(self.seed, piece, key, rows)
 
     def materialize(self):
         if self._runs is not None:

@@ -42,6 +42,7 @@ array([[2.71828183, 0.        , 0.        ],
 import collections
 import logging
 import threading
+import weakref
 
 import numpy as np
 import scipy.sparse
@@ -211,6 +212,11 @@ _MOVES = frozenset((np.transpose, np.moveaxis, np.swapaxes, np.flip, np.fliplr, 
                     np.matrix_transpose, np.permute_dims))
 
 
+#: numpy's creation functions that take ``like=`` (the eager way's
+#: ``_functions.CREATION``)
+_CREATION = frozenset((np.zeros, np.ones, np.full, np.empty))
+
+
 #: numpy functions that join a sequence of arrays (as the eager way's
 #: ``_functions._sequence_function``)
 _JOINS = frozenset((np.concatenate, np.stack, np.hstack, np.vstack, np.dstack,
@@ -287,15 +293,39 @@ class Traced(NDArrayOperatorsMixin):
     ``ravel`` in C order, reads by ints, slices, None and Ellipsis, ``np.pad``
     by zeros, transposes and the other movements of :data:`_MOVES` and the
     joins of :data:`_JOINS` by plain arguments, and of 1-d values reads by
-    integer arrays and lists; anything else raises :class:`Untraceable`.
+    integer arrays and lists; values made by the creation functions of
+    :data:`_CREATION` with ``like=``, copies, and writes into values that
+    are not views (see :meth:`__setitem__`); anything else raises
+    :class:`Untraceable`.
     """
 
-    __slots__ = ("value", "node", "tape")
+    # (base: the value whose array this one is a view of, as numpy's view
+    # would be, None for its own array; views: weak references to the views
+    # of this one's array, which a write into it makes stale)
+    __slots__ = ("value", "node", "tape", "base", "views", "__weakref__")
 
     def __init__(self, value, node, tape):
         self.value = value
         self.node = node
         self.tape = tape
+        self.base = self.views = None
+
+    def _view(self, result):
+        """``result``, a view of this value's array, as one: a write into the
+        array it views makes it stale (a write through it is not recorded)."""
+        base = self.base if self.base is not None else self
+        result.base = base
+        if base.views is None:
+            base.views = [weakref.ref(result)]
+        else:
+            base.views.append(weakref.ref(result))
+        return result
+
+    def _viewed(self, result):
+        """``result``, as a view of this value when numpy made its array one."""
+        if np.may_share_memory(result.value, self.value):
+            return self._view(result)
+        return result
 
     shape = property(lambda self: self.value.shape)
     size = property(lambda self: self.value.size)
@@ -319,6 +349,8 @@ class Traced(NDArrayOperatorsMixin):
         if type(x) is np.ndarray and x.dtype in _VALUE_DTYPES and x.ndim:
             # (of any shape numpy broadcasts)
             return ("n", tape.constant(x)), x
+        if type(x) is _StaleView:
+            raise Untraceable(_STALE)
         raise Untraceable("an operand of type %s" % type(x).__name__)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -393,7 +425,8 @@ class Traced(NDArrayOperatorsMixin):
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
             value = self.value[key]
-            return self.tape.add(("slice", self.node, start, stop, step, value.shape[0]), value)
+            return self._view(self.tape.add(("slice", self.node, start, stop, step,
+                                             value.shape[0]), value))
         if type(key) is list and all(type(k) is int for k in key):
             # (the eager way names the reads of short lists by their numbers,
             # of longer ones by nothing: each its own matrix)
@@ -414,7 +447,8 @@ class Traced(NDArrayOperatorsMixin):
         if form is None:
             raise Untraceable("a read of an n-d value by other than ints, slices, None "
                               "and Ellipsis")
-        return self.tape.add(("basic", self.node, form), self.value[key])  # (numpy's errors)
+        return self._viewed(self.tape.add(("basic", self.node, form),
+                                          self.value[key]))  # (numpy's errors)
 
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and not isinstance(shape[0], int):
@@ -429,7 +463,7 @@ class Traced(NDArrayOperatorsMixin):
         values in the same order."""
         if order != "C":
             raise Untraceable("a reshape in order %r" % (order,))
-        return self.tape.add(("reshape", self.node, value.shape), value)
+        return self._viewed(self.tape.add(("reshape", self.node, value.shape), value))
 
     T = property(lambda self: self._moved(np.transpose, (self,), {}))
 
@@ -453,7 +487,7 @@ class Traced(NDArrayOperatorsMixin):
         value = func(a.value, *args[1:], **kwargs)
         if type(value) is not np.ndarray:
             raise Untraceable("np.%s giving a %s" % (func.__name__, type(value).__name__))
-        return self.tape.add(("move", a.node, func, form), value)
+        return a._viewed(self.tape.add(("move", a.node, func, form), value))
 
     def __array_function__(self, func, types, args, kwargs):
         if func is np.reshape or func is np.ravel:
@@ -467,6 +501,10 @@ class Traced(NDArrayOperatorsMixin):
                         rest = (keywords.pop("shape"),) + rest
                     return a.reshape(*rest, **keywords)
             raise Untraceable("np.%s other than of a value" % func.__name__)
+        if func in _CREATION:
+            return self._created(func, args, kwargs)
+        if func is np.copy and len(args) == 1 and not kwargs and type(args[0]) is Traced:
+            return args[0].copy()
         if func is np.pad:
             return self._pad(*args, **kwargs)
         if func is np.diff:
@@ -583,8 +621,66 @@ class Traced(NDArrayOperatorsMixin):
     def __iter__(self):
         raise Untraceable("an iteration")
 
-    def __setitem__(self, key, value):
-        raise Untraceable("a write")
+    def __setitem__(self, key, new):
+        """``self[key] = new`` by ints, slices, None and Ellipsis (of a 1-d value,
+        by an integer index array or list too), of a value, a number or a
+        constant: a new node, the array written, as the eager way's write
+        into its copy; this value's views turn stale."""
+        tape = self.tape
+        if self.base is not None:
+            raise Untraceable("a write through a view")
+        if self.value.ndim == 1 and not _is_basic_tuple(key) and type(key) is not slice:
+            if type(key) is list and key and all(type(k) is int for k in key):
+                key = np.array(key, dtype=np.int64)
+            if not (type(key) is np.ndarray and key.ndim == 1 and key.dtype.kind in "iu"):
+                raise Untraceable("a write by %s" % type(key).__name__)
+            form = ("index", tape.index(key))
+        else:
+            form = _basic_form(key)
+            if form is None:
+                raise Untraceable("a write by other than ints, slices, None and Ellipsis")
+            form = ("basic", form)
+        source, written = self._operand(new)
+        value = self.value.copy()
+        value[key] = written   # (numpy's errors)
+        for ref in self.views or ():
+            view = ref()
+            if view is not None:
+                view.__class__ = _StaleView
+        self.views = None
+        result = tape.add(("write", self.node, form, source), value)
+        self.value, self.node = result.value, result.node
+
+    def copy(self):
+        return self.tape.add(("copy", self.node), self.value.copy())
+
+    def _created(self, func, args, kwargs):
+        """``np.zeros(shape, like=x)`` and the like, float64: a value of zero
+        Jacobian that writes assemble (``np.empty`` gives zeros, as the eager
+        way's)."""
+        if (set(kwargs) - {"dtype", "order", "device"} or kwargs.get("device") is not None
+                or kwargs.get("order", "C") != "C"
+                or (func is np.full and type(args[1] if len(args) > 1 else None) is Traced)):
+            raise Untraceable("np.%s other than of a shape (and fill) in C order"
+                              % func.__name__)
+        array = (np.zeros if func is np.empty else func)(*args, **kwargs)
+        if array.dtype != _FLOAT64 or not array.ndim:
+            raise Untraceable("np.%s of dtype %s and shape %s" % (func.__name__, array.dtype,
+                                                                  array.shape))
+        return self.tape.add(("created", array.shape), array)
+
+
+_STALE = "a view read after a write into the value it views"
+
+
+class _StaleView(Traced):
+    """A view of a value written after the view was made (numpy's view would
+    show the write; the recording does not reproduce that)."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, name):
+        raise Untraceable(_STALE)
 
 
 # ---------------------------------------------------------------- programs
@@ -743,7 +839,7 @@ class Recorder:
         if self._refused is not None:
             return self._fallback(self._refused)
         argument = x
-        # (no copy: the light values never write to x, and the program reads it
+        # (no copy: the light values never write to x, a write copies; the program reads it
         # before this call returns)
         x = np.ascontiguousarray(x, dtype=np.float64)
         if not x.size:

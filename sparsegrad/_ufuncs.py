@@ -17,9 +17,9 @@ from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported
 from ._deferred import Deferred, compute, in_c_order
-from ._indexing import row_index
+from ._indexing import broadcast_rows, row_index
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian, cast_input,
-                     cast_is_constant, check_real_axis, _broadcast_rows, _device_keys,
+                     cast_is_constant, check_real_axis, _device_keys,
                      _replay, written)
 
 __all__ = ["apply", "call"]
@@ -458,7 +458,7 @@ def _scatter_add(target, indices, increment):
     rows = positions[row_indices]
     J_inc = None
     if isinstance(increment, value):  # (checked before anything is written)
-        source = _broadcast_rows(increment.shape, rows.shape).ravel()
+        source = broadcast_rows(increment.shape, rows.shape).ravel()
         jac.common_seed([root._jac, increment._jacobian])
         if increment.dtype.kind == "c" and target.dtype.kind != "c":
             check_real_axis(rules.rule_name(np.add) + ".at into a real target",

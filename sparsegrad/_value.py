@@ -29,7 +29,7 @@ from . import _jacobian as jac
 from . import _ufunc_rules as rules
 from ._errors import unsupported, UnsupportedOperationError
 from ._deferred import Deferred, c_contiguous, IN_C_ORDER
-from ._indexing import (Assembly, row_index, only_slices as _only_slices,
+from ._indexing import (Assembly, broadcast_rows, row_index, only_slices as _only_slices,
                         slice_key as _slice_key)
 from ._memory import pooled
 
@@ -377,7 +377,7 @@ class value(NDArrayOperatorsMixin):
                 # part of the source's; a complex seed's has one on the real axis only
                 check_real_axis("writing complex values into a real array", [new])
                 piece = _ufuncs.real_part(piece)
-            source_rows = _broadcast_rows(new.shape, target_rows.shape)
+            source_rows = broadcast_rows(new.shape, target_rows.shape)
             new_array = new._value
         else:  # (a number or host constant written into a device array goes there)
             new_array = _backend.to_device(nvalue(new), _backend.of(root._array))
@@ -898,15 +898,6 @@ def _known_copy(structure, key, length):
     ``structure`` keeps (see :func:`_rows_read`), or None."""
     entry = structure.index_rows.get(("index", id(key), length))
     return None if entry is None or entry[0]() is not key else entry[2]
-
-
-def _broadcast_rows(shape, target_shape):
-    """Row numbers of a value of ``shape`` broadcast to ``target_shape`` as numpy's
-    assignment does (leading axes of length 1 beyond the target's are dropped)."""
-    rows = row_index(shape)
-    while rows.ndim > len(target_shape) and rows.shape[0] == 1:
-        rows = rows[0]
-    return np.broadcast_to(rows, target_shape)
 
 
 def _forwards_in(obj):

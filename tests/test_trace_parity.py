@@ -433,3 +433,101 @@ def test_an_n_d_result_keeps_its_shape():
     with np.errstate(all="ignore"):
         value, J = g(SPECIAL)
     assert value.shape == (2, 7) and J.shape == (14, 14)
+
+
+# ---------------------------------------------------------------- writes
+
+def _assembled(x):
+    R = np.zeros(14, like=x)
+    R[1:-1] = x[:-2] * x[2:]
+    R[0] = x[3] * 2.0
+    R[-1] = 1.5
+    return R
+
+
+def _two_d(x):
+    U = np.zeros((4, 5), like=x)
+    U[1:-1, 1:-1] = x[:6].reshape(2, 3) ** 2
+    U[0] = x[5:10]
+    U[:, 0] = np.exp(x[10:14])
+    return U
+
+
+def _loop(x):
+    F = np.empty(14, like=x)
+    for i in range(14):
+        F[i] = x[i] * x[13 - i]
+    return F
+
+
+def _columns(x):
+    # (more runs than an assembly keeps, then more pieces than it gathers one by one)
+    F = np.zeros((70, 3), like=x)
+    F[:, 1] = np.concatenate([x] * 5)
+    for i in range(10):
+        F[3 * i:3 * i + 2, 0] = x[i:i + 2] * float(i)
+    return F.ravel()
+
+
+def _many_pieces(x):
+    F = np.zeros(14, like=x)
+    for i in range(10):
+        F[np.array([i, (i + 3) % 14])] = x[i:i + 2] ** 2
+    return F
+
+
+@pytest.mark.parametrize("f", [
+    _assembled, _two_d, _loop, _columns, _many_pieces,
+    lambda x: (lambda F: (F.__setitem__(0, x[1]), F)[1])(np.exp(x)),     # into a result
+    lambda x: (lambda F: (F.__setitem__(slice(2, 9), x[:7] * 3.0), F * 2.0)[1])(x ** 2),
+    lambda x: (lambda F: (F.__setitem__(np.array([4, -1, 2]), x[:3]), F)[1])(x.copy()),
+    lambda x: (lambda F: (F.__setitem__([0, 3], np.array([1.0, 2.0])), F)[1])(np.sin(x)),
+    lambda x: (lambda F: (F.__setitem__(slice(1, 9), x[0]), F)[1])(np.ones(14, like=x)),
+    lambda x: (lambda F: (F.__setitem__(slice(3, 5), x[1:3]),
+                          F.__setitem__(slice(2, 7), x[7:12]), F)[2])(np.full(14, 2.0, like=x)),
+    lambda x: (lambda F: (F.__setitem__(slice(1, None), F[:-1] * x[1:]), F)[1])(x * 2.0),
+    lambda x: (lambda F: (F.__setitem__(0, 0.0), F[np.array([0, 5, 5])])[1])(np.cos(x)),
+    lambda x: (lambda F: (F.__setitem__(1, x[0]), F > 0, F.__setitem__(2, x[5]), F)[3])(x * 1.0),
+    lambda x: (lambda F: (F.__setitem__(1, x[0]), F[3:], F.__setitem__(4, x[5]), F)[3])(x * 1.0),
+    lambda x: (lambda F: (F.__setitem__(Ellipsis, x[::-1]), F + x)[1])(np.zeros(14, like=x)),
+    lambda x: (lambda F: (F.__setitem__((slice(None), 0), x[:7]), F.T * x[7:].reshape(1, 7))[1])(
+        x.reshape(7, 2).copy()),
+], ids=["slices and ints", "2-d blocks, rows and columns", "a loop of elements",
+        "more runs and pieces", "many pieces by index arrays", "into a result",
+        "into a square", "by an index array", "by a list, of constants", "a number broadcast",
+        "overlapping", "from itself", "gathered from", "compared before more writes",
+        "read before more writes", "the whole", "a column of a copy"])
+def test_writes_are_recorded(f):
+    check(f)
+
+
+def test_a_write_into_the_argument_leaves_it_alone():
+    x = np.linspace(-1.0, 1.0, 14)
+    before = x.copy()
+
+    def f(x):
+        x[2:5] = x[:3] ** 2
+        return x * 2.0
+    check(f, (x,) * 3)
+    assert np.array_equal(x, before)
+
+
+@pytest.mark.parametrize("f", [
+    # (numpy shows a write through a view in its base, and a write into the
+    # base in its views: the eager way reproduces both, the recording neither)
+    lambda x: (lambda F: (F.reshape(2, 7).__setitem__(0, x[:7]), F)[1])(x * 1.0),
+    lambda x: (lambda F, v: (F.__setitem__(0, x[0]), v * 2.0)[1])(*(lambda F: (F, F[1:]))(x * 1.0)),
+    lambda x: (lambda F: (F.__setitem__(x > 0, 1.0), F)[1])(x * 1.0),         # by a mask
+])
+def test_writes_not_recorded_go_the_eager_way(f):
+    check(f, recorded=False)
+
+
+def test_a_write_into_a_plain_array_is_the_eager_way_s_error():
+    def f(x):
+        F = np.zeros(14)
+        F[0] = x[0]
+        return F
+    for trace in (True, False):
+        with pytest.raises(TypeError, match="like=x"):
+            sparsegrad.value_and_jacobian(f, trace=trace)(SPECIAL)

@@ -1696,6 +1696,43 @@ class _Recorded(_Builder):
         return self.run("%s = np.sin(%s) if %s else %s * 0.5" % (name, a, condition, a),
                         tags, name=name)
 
+    def write(self):
+        """A value made to be written (``np.zeros(shape, like=x)``, a copy, a
+        result) and a write into it by a basic key (of a 1-d value, a list of
+        ints too), of a value, a number or a constant, valid at every point."""
+        a = self.pick()
+        name = self.name()
+        # (a forward value whatever ``a`` is: a write of a value into a plain
+        # array is an error of both engines)
+        make = self.choice(["np.zeros(%s.shape, like=x)", "np.ones(%s.shape, like=x)",
+                            "x.copy()", "x * 1.0", "%s + np.zeros(%s.shape, like=x)",
+                            "np.exp(%s * 0.25) + np.zeros(%s.shape, like=x)"])
+        if not self.run("%s = %s" % (name, make.replace("%s", a)), {"write"}, name=name):
+            return False
+        for _ in range(int(self.rng.integers(1, 4))):
+            shapes = self.shapes(name)
+            if len(shapes[0]) == 1 and self.rng.random() < 0.2:
+                key = "[0, -1]" if self.rng.random() < 0.5 else "[1, 0]"
+            else:
+                key = self.basic_key(shapes[0])
+            try:
+                regions = [np.shape(self.evaluate("%s[%s]" % (name, key), k))
+                           for k in range(len(self.envs))]
+            except Exception:
+                continue
+            fitting = self.readable(predicate=lambda n: n != name and all(
+                _broadcasts_into(s, r) for s, r in zip(self.shapes(n), regions)))
+            roll = self.rng.random()
+            if fitting and roll < 0.7:
+                source = self.choice(["%s", "np.sin(%s)", "%s * 2.0"]) % self.choice(fitting)
+            elif roll < 0.9:
+                source = self.scalar()
+            else:
+                source = "np.linspace(1.0, 2.0, %s[%s].size).reshape(%s[%s].shape)" % (
+                    name, key, name, key)
+            self.run("%s[%s] = %s" % (name, key, source), {"write"}, writes=name)
+        return True
+
     def untraceable(self):
         """An operation the recorder does not take (the call goes the eager way)."""
         a = self.pick()
@@ -1715,11 +1752,11 @@ class _Recorded(_Builder):
 
 _RECORDED_STEPS = (("unary", 14), ("binary", 14), ("read", 12), ("mask", 6), ("where", 9),
                    ("times_mask", 2), ("roll", 3), ("concatenate", 4), ("branch", 3),
-                   ("untraceable", 1), ("basic_read", 2), ("pad", 2))
+                   ("untraceable", 1), ("basic_read", 2), ("pad", 2), ("write", 4))
 #: the steps of programs of n-d values
 _ND_STEPS = (("unary", 12), ("binary", 14), ("read", 3), ("basic_read", 12),
              ("reshape", 9), ("pad", 6), ("mask", 6), ("where", 9), ("times_mask", 2),
-             ("roll", 2), ("concatenate", 2), ("branch", 2), ("untraceable", 1))
+             ("roll", 2), ("concatenate", 2), ("branch", 2), ("untraceable", 1), ("write", 4))
 #: the axes of n-d programs' points other than the one whose length changes
 _ND_BLOCKS = ((2,), (3,), (4,), (2, 2), (3, 2), (2, 3), (1,), (5,))
 
