@@ -1464,6 +1464,98 @@ def compile_tape(tape, output):
         raise Untraceable("a chain of operations too deep") from None
 
 
+def _laid_out(E, A, layout, leaf_slot, param_slot):
+    """``(pieces, instructions, segments)`` of ``run_program`` for segments
+    ``layout`` (``(start, stop, slots)``, a slot the terms ``(columns,
+    offset, expression)`` summed into it in order); pieces: ``(columns, first
+    row, segment)``, one per slot."""
+    pieces, instructions, segments = [], [], []
+    for start, stop, covering in layout:
+        roots = []
+        for slot, members in enumerate(covering):
+            root = None
+            for _, offset, e in members:
+                part = E.compose(e, (-1, offset, 1, 0), stop - start)
+                root = part if root is None else E.arith("add", root, part)
+            roots.append((root, slot))
+            c, offset, _ = members[0]
+            pieces.append((A.cols.arrays[c][offset:offset + stop - start], start, len(segments)))
+        if len(roots) > _MAX_SLOTS:
+            raise Untraceable("more than %d terms in rows of the result" % _MAX_SLOTS)
+        code, n_buffers = _emit(E, roots, leaf_slot, param_slot)
+        segments.append((stop - start, len(instructions), len(instructions) + len(code),
+                         n_buffers, start, len(roots)))
+        instructions.extend(code)
+    return pieces, instructions, segments
+
+
+#: the fewest rows of a run whose slots meet alike for them to be summed in
+#: the block, and the most such runs of a segment
+_FUSED_ROWS = 64
+_MOST_RUNS = 16
+#: the most adds of a row that are looked at
+_MOST_ADDS = 32
+
+
+def _fused(layout, owners, adds):
+    """``layout`` with each run of at least :data:`_FUSED_ROWS` rows of a
+    segment whose slots meet the same slots at their places at every row
+    split off, those slots summed into the first one's (in slot order: the
+    order of the adds they replace); None where there is no such run."""
+    result, changed = [], False
+    first_of = np.searchsorted(adds[:, 0], np.arange(len(layout) + 1))
+    for k, (start, stop, covering) in enumerate(layout):
+        segment_adds = adds[first_of[k]:first_of[k + 1]]
+        runs = _alike(stop - start, segment_adds, owners) if len(segment_adds) else None
+        if runs is None:
+            result.append((start, stop, covering))
+            continue
+        changed = True
+        for r0, r1, meets in runs:
+            absorbed = {slot: owner for slot, owner in meets}
+            slots = []
+            for slot, members in enumerate(covering):
+                if slot in absorbed:
+                    continue
+                members = list(members)
+                for other in sorted(s for s, o in absorbed.items() if o == slot):
+                    members += covering[other]
+                slots.append([(c, offset + r0, e) for c, offset, e in members])
+            result.append((start + r0, start + r1, slots))
+    return result if changed else None
+
+
+def _alike(n, adds, owners):
+    """The runs ``(first row, stop row, ((slot, owner slot), ...))`` of the
+    ``n`` rows of a segment, whose adds (``(segment, row, slot, place)``,
+    sorted) are alike at every row (runs of fewer than :data:`_FUSED_ROWS`
+    rows, or without adds, as one run without); None where none would be
+    summed or there would be too many."""
+    rows = adds[:, 1]
+    counts = np.bincount(rows, minlength=n)
+    most = int(counts.max())
+    if most > _MOST_ADDS:
+        return None
+    pairs = adds[:, 2] * 65536 + owners[adds[:, 3]].astype(np.int64)
+    position = np.arange(len(adds)) - np.repeat(np.cumsum(counts) - counts, counts)
+    signature = np.full((n, most), -1, dtype=np.int64)
+    signature[rows, position] = pairs
+    bounds = np.concatenate([[0], np.flatnonzero(
+        np.any(signature[1:] != signature[:-1], axis=1)) + 1, [n]])
+    runs = []
+    for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        meets = tuple((int(v) >> 16, int(v) & 65535) for v in signature[r0] if v >= 0)
+        if not meets or r1 - r0 < _FUSED_ROWS:
+            meets = ()
+        if runs and not meets and not runs[-1][2]:
+            runs[-1] = (runs[-1][0], int(r1), ())
+        else:
+            runs.append((int(r0), int(r1), meets))
+    if not any(meets for _, _, meets in runs) or len(runs) > 2 * _MOST_RUNS:
+        return None
+    return runs
+
+
 def _compile(tape, output):
     E = _Expressions(tape.params)
     A = _Algebra(E)
@@ -1499,27 +1591,30 @@ def _compile(tape, output):
         index_of[e] = len(tape.params) + len(steps) - 1
         return index_of[e]
 
-    pieces, instructions, segments = [], [], []   # pieces: (columns, first row, segment)
-    for start, stop, covering in _segments(terms, m):
-        roots = []
-        for slot, (c, offset, e) in enumerate(covering):
-            roots.append((E.compose(e, (-1, offset, 1, 0), stop - start), slot))
-            pieces.append((A.cols.arrays[c][offset:offset + stop - start], start, len(segments)))
-        if len(roots) > _MAX_SLOTS:
-            raise Untraceable("more than %d terms in rows of the result" % _MAX_SLOTS)
-        code, n_buffers = _emit(E, roots, leaf_slot, param_slot)
-        segments.append((stop - start, len(instructions), len(instructions) + len(code),
-                         n_buffers, start, len(roots)))
-        instructions.extend(code)
+    # (a segment's slots: each the terms summed into one root, in the order
+    # of the merge)
+    layout = [(start, stop, [[entry] for entry in covering])
+              for start, stop, covering in _segments(terms, m)]
+    pieces, instructions, segments = _laid_out(E, A, layout, leaf_slot, param_slot)
     kernels = _fast.kernels
     index_dtype = _index_dtype(n, sum(len(c) for c, _, _ in pieces))
     selection_terms = [(None, c, None, None, first) for c, first, _ in pieces]
     indptr, indices, _ = kernels.merge_scaled(m, n, selection_terms, pattern_only=True,
                                               index_dtype=index_dtype)
+
+    def plan():
+        return _owners(kernels.merge_plan(indptr, indices,
+                                          [(None, c, first) for c, first, _ in pieces]),
+                       pieces, segments, len(indices))
+    owners, adds = plan()
+    fused = _fused(layout, owners, adds) if len(adds) else None
+    if fused is not None:
+        # (places that terms meet at alike over many rows: summed in the
+        # block, as the adds would, instead of one add per place)
+        pieces, instructions, segments = _laid_out(E, A, fused, leaf_slot, param_slot)
+        owners, adds = plan()
     program = Program()
-    program.owners, program.adds = _owners(
-        kernels.merge_plan(indptr, indices, [(None, c, first) for c, first, _ in pieces]),
-        pieces, segments, len(indices))
+    program.owners, program.adds = owners, adds
     program.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 4)
     program.segments = np.array(segments, dtype=np.int64).reshape(-1, 6)
     program.guards = [(kind, param_slot(a), param_slot(b), held) for kind, a, b, held in A.guards]

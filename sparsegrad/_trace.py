@@ -272,6 +272,15 @@ def _hashable(nested):
     return tuple(_hashable(v) for v in nested) if type(nested) is list else nested
 
 
+def _in_place(ufunc):
+    """``x <op>= y`` for :class:`Traced`: ``x[...] = x <op> y``, as numpy's
+    ufunc with ``out=x`` (and the eager way's) writes it."""
+    def method(self, other):
+        self[...] = self._apply(ufunc, (self, other))
+        return self
+    return method
+
+
 def _operators(ufunc):
     """The operator and its reflection of a binary ufunc, for :class:`Traced`."""
     def operator(self, other):
@@ -411,6 +420,10 @@ class Traced(NDArrayOperatorsMixin):
     __sub__, __rsub__ = _operators(np.subtract)
     __mul__, __rmul__ = _operators(np.multiply)
     __truediv__, __rtruediv__ = _operators(np.divide)
+    __iadd__ = _in_place(np.add)
+    __isub__ = _in_place(np.subtract)
+    __imul__ = _in_place(np.multiply)
+    __itruediv__ = _in_place(np.divide)
 
     def __pow__(self, other):
         return self._power(self, other, operator=True)

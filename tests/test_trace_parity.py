@@ -313,7 +313,7 @@ def test_scalars_the_recorder_does_not_take():
 
 # ---------------------------------------------------------------- the benchmark problems
 
-@pytest.mark.parametrize("key, n", [("sw", 8), ("pb", 30), ("dd", 30)])
+@pytest.mark.parametrize("key, n", [("sw", 8), ("pb", 30), ("dd", 30), ("dd", 400)])
 def test_benchmark_problems_bit_for_bit(key, n):
     import os
     import sys
@@ -492,11 +492,13 @@ def _many_pieces(x):
     lambda x: (lambda F: (F.__setitem__(Ellipsis, x[::-1]), F + x)[1])(np.zeros(14, like=x)),
     lambda x: (lambda F: (F.__setitem__((slice(None), 0), x[:7]), F.T * x[7:].reshape(1, 7))[1])(
         x.reshape(7, 2).copy()),
+    lambda x: (lambda F: (F.__iadd__(x[::-1]), F.__imul__(2.0), F.__isub__(x), F)[3])(
+        np.exp(x)),
 ], ids=["slices and ints", "2-d blocks, rows and columns", "a loop of elements",
         "more runs and pieces", "many pieces by index arrays", "into a result",
         "into a square", "by an index array", "by a list, of constants", "a number broadcast",
         "overlapping", "from itself", "gathered from", "compared before more writes",
-        "read before more writes", "the whole", "a column of a copy"])
+        "read before more writes", "the whole", "a column of a copy", "in place"])
 def test_writes_are_recorded(f):
     check(f)
 
@@ -518,6 +520,7 @@ def test_a_write_into_the_argument_leaves_it_alone():
     lambda x: (lambda F: (F.reshape(2, 7).__setitem__(0, x[:7]), F)[1])(x * 1.0),
     lambda x: (lambda F, v: (F.__setitem__(0, x[0]), v * 2.0)[1])(*(lambda F: (F, F[1:]))(x * 1.0)),
     lambda x: (lambda F: (F.__setitem__(x > 0, 1.0), F)[1])(x * 1.0),         # by a mask
+    lambda x: (lambda F: (F[1:].__iadd__(x[:-1]), F)[1])(x * 1.0),            # in place, a view
 ])
 def test_writes_not_recorded_go_the_eager_way(f):
     check(f, recorded=False)
@@ -531,3 +534,28 @@ def test_a_write_into_a_plain_array_is_the_eager_way_s_error():
     for trace in (True, False):
         with pytest.raises(TypeError, match="like=x"):
             sparsegrad.value_and_jacobian(f, trace=trace)(SPECIAL)
+
+
+# ---------------------------------------------------------------- places met twice
+
+LONG = np.concatenate([np.linspace(-3.0, 3.0, 300), SPECIAL, np.linspace(1.0, 2.0, 100)])
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.diff(np.exp(x), 2) * 3.0 - np.diff(x)[1:],
+    lambda x: (lambda y: y[1:] * x[2:] - y[:-1] / (1.0 + x[:-2] ** 2))(x[1:] - x[:-1]),
+    lambda x: np.where(x[1:] > 0, x[1:] - x[:-1], x[1:] * x[:-1]) + x[:-1],
+    lambda x: x[::2][1:] * 2.0 + x[1::2][:-1] + x[::2][:-1] * x[1::2][1:],
+], ids=["differences", "fluxes", "a branch between", "strided"])
+def test_places_met_twice_sum_as_the_eager_way(f):
+    check(f, (LONG, LONG[::-1] * 0.5, np.zeros(len(LONG))))
+
+
+def test_terms_met_alike_are_summed_in_the_program():
+    from sparsegrad import _trace
+    g = check(lambda x: np.diff(np.sin(x), 2), (LONG,))
+    with np.errstate(all="ignore"):
+        g(LONG)
+    programs = [p for variants in _trace._programs.values() for p in variants
+                if p.shape == (len(LONG) - 2, len(LONG))]
+    assert programs and all(len(p.adds) == 0 for p in programs)

@@ -22,7 +22,9 @@ Families (drawn from the seed):
     argument 1-d (its length a multiple of the axes it is reshaped to), 2-d
     or 3-d, one axis whose length changes; reshape and ravel, reads by
     ints, slices, None and Ellipsis, np.pad by zeros, operands broadcast
-    between shapes, np.where of n-d masks, n-d results.
+    between shapes, np.where of n-d masks, n-d results.  Both kinds write:
+    values made by ``np.zeros(like=x)``, copies and results, written by
+    basic keys (1-d ones by lists too).
 ``unsupported``
     a short prefix and one operation sparsegrad must refuse with a
     ``TypeError`` (``UnsupportedOperationError``).
@@ -1704,7 +1706,9 @@ class _Recorded(_Builder):
         name = self.name()
         # (a forward value whatever ``a`` is: a write of a value into a plain
         # array is an error of both engines)
-        make = self.choice(["np.zeros(%s.shape, like=x)", "np.ones(%s.shape, like=x)",
+        # (of x's dtype: the complex step's complex values are written whole)
+        make = self.choice(["np.zeros(%s.shape, dtype=x.dtype, like=x)",
+                            "np.ones(%s.shape, dtype=x.dtype, like=x)",
                             "x.copy()", "x * 1.0", "%s + np.zeros(%s.shape, like=x)",
                             "np.exp(%s * 0.25) + np.zeros(%s.shape, like=x)"])
         if not self.run("%s = %s" % (name, make.replace("%s", a)), {"write"}, name=name):
