@@ -50,7 +50,10 @@ an evaluation of each problem (value+Jacobian on its smallest grid, where the
 arrays cost nothing: what the Python of every operation costs, and what makes
 time grow less than the nonzeros between small sizes), with the number of
 sparsegrad's Python modules that ran compiled (``sparsegrad._compiled``;
-``SPARSEGRAD_SOURCE_MODULES=1`` runs their sources, for a comparison).
+``SPARSEGRAD_SOURCE_MODULES=1`` runs their sources, for a comparison), and the
+same by the default engine (target: shallow water 5x5 <= 0.2 ms); and the first
+call of the default engine (light values, compile, program) over the first call
+of ``forward.seed``, both of a new function from emptied caches (target <= 1.5x).
 ``--strict`` makes the exit status 1 when any target fails.
 
 Timing follows ``timeit``: the garbage collector is off inside a sample, each
@@ -74,7 +77,8 @@ from . import problems as _problems
 __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "SCALING_TOLERANCE",
            "SCALING_TARGETS", "PEERS",
            "PEER_NAMES", "measure", "measure_times", "memory_ratio", "scaling", "scaling_steps",
-           "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "run", "main"]
+           "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "FIRST_CALL_TARGET",
+           "RECORDED_FIXED_COST_TARGET", "measure_first_call", "run", "main"]
 
 # ---------------------------------------------------------------- speed targets
 
@@ -88,6 +92,10 @@ TARGETS = {
 #: repeated value+Jacobian / residual targets (structure found in the
 #: cache: what the ratio column measures, every sample after the first evaluation)
 REPEATED_TARGETS = {("sw", 200): 4.0}
+#: the first call of the default engine / the first call of forward.seed
+FIRST_CALL_TARGET = 1.5
+#: seconds of a repeated evaluation of the smallest shallow-water grid by the default engine
+RECORDED_FIXED_COST_TARGET = 2e-4
 #: seed_sparsity time / seed time, every problem and size
 SPARSITY_TARGET = 0.5
 #: peak extra memory during a Jacobian evaluation / bytes of the Jacobian
@@ -398,12 +406,43 @@ def _repeated_jacobian(residual, x0):
 FIXED_COST_SIZES = {"sw": 5, "pb": 10, "bratu": 5, "dd": 10}
 
 
-def measure_fixed_cost(key, repeats=7, min_time=0.02):
+def measure_fixed_cost(key, repeats=7, min_time=0.02, recorded=False):
     """Median seconds of one value+Jacobian evaluation of problem ``key`` on its
-    smallest grid (:data:`FIXED_COST_SIZES`), after two untimed evaluations."""
-    jacobian = _repeated_jacobian(*_problems.get(key).setup(FIXED_COST_SIZES[key]))
+    smallest grid (:data:`FIXED_COST_SIZES`), after two untimed evaluations:
+    by ``forward.seed``, or by the default engine (``recorded``)."""
+    residual, x0 = _problems.get(key).setup(FIXED_COST_SIZES[key])
+    if recorded:
+        import sparsegrad
+        evaluate = sparsegrad.value_and_jacobian(residual)
+        jacobian = functools.partial(evaluate, x0)
+        jacobian()
+        jacobian()
+    else:
+        jacobian = _repeated_jacobian(residual, x0)
     number = _loops(jacobian, min_time)
     return statistics.median(_sample(jacobian, number) for _ in range(repeats))
+
+
+def measure_first_call(key, n, rounds=3):
+    """``(ratio, recorded seconds, eager seconds)``: the first call of the default
+    engine (``value_and_jacobian(F)``: light values, compile, program) over the
+    first call of ``trace=False``, each of a new function from emptied caches
+    (``clear_structure_cache``: the structure, kept index copies and recorded
+    programs), the two alternated over ``rounds`` rounds; the median ratio, and
+    the medians of the times."""
+    import sparsegrad
+    residual, x0 = _problems.get(key).setup(n)
+    times = {True: [], False: []}
+    for _ in range(rounds):
+        for trace in (False, True):
+            sparsegrad.clear_structure_cache()
+            evaluate = sparsegrad.value_and_jacobian(lambda x: residual(x), trace=trace)
+            gc.collect()
+            start = time.perf_counter()
+            evaluate(x0)
+            times[trace].append(time.perf_counter() - start)
+    ratio = statistics.median(r / e for r, e in zip(times[True], times[False]))
+    return ratio, statistics.median(times[True]), statistics.median(times[False])
 
 
 def scaling(results, growths=None):
@@ -459,7 +498,8 @@ def _print_result(r, out):
         _mark(r["sparsity_pass"]), mem))
 
 
-def report(results, checks, out=print, fixed_costs=None):
+def report(results, checks, out=print, fixed_costs=None, recorded_fixed_costs=None,
+           first_calls=None):
     """Print the tables of ``run``'s results (``fixed_costs``: problem key ->
     seconds, :func:`measure_fixed_cost`)."""
     out("%-24s %9s %9s %10s %10s %8s %-12s %-19s %s" % (
@@ -533,6 +573,18 @@ def report(results, checks, out=print, fixed_costs=None):
                 len(_compiled.compiled_modules()), len(_compiled.MODULES), ", ".join(
                     "%s %s %.3f ms" % (key, _problems.get(key).size_text(FIXED_COST_SIZES[key]),
                                        1e3 * seconds) for key, seconds in fixed_costs.items())))
+    if recorded_fixed_costs:
+        out("fixed cost of the default engine (value_and_jacobian(F), recorded, on the same "
+            "grids; target sw <= %.1f ms): %s" % (1e3 * RECORDED_FIXED_COST_TARGET, ", ".join(
+                "%s %.3f ms" % (key, 1e3 * seconds)
+                for key, seconds in recorded_fixed_costs.items())))
+    if first_calls:
+        out("first call of the default engine (light values, compile, program) / first call "
+            "of forward.seed, each from emptied caches, median of alternated rounds "
+            "(target <= %gx):" % FIRST_CALL_TARGET)
+        for case, (ratio, recorded, eager) in first_calls.items():
+            out("  %-14s %5.2fx   (%.1f against %.1f ms) %s" % (
+                case, ratio, 1e3 * recorded, 1e3 * eager, _mark(ratio <= FIRST_CALL_TARGET)))
     pool = sparsegrad.memory_pool_info()
     if pool.enabled:
         out("note: sparsegrad's memory pool is on (%d MiB held, %d allocations reused, %d "
@@ -605,10 +657,16 @@ def run(cases, repeats=7, min_time=0.02, memory=True, out=print, residual_in_poo
                                residual_in_pool=residual_in_pool))
     checks = scaling(results, {step: measure_growth(*step, repeats=repeats, min_time=min_time)
                                for step in scaling_steps(results)})
+    keys = list(dict.fromkeys(key for key, _ in cases))
     fixed_costs = {key: measure_fixed_cost(key, repeats=repeats, min_time=min_time)
-                   for key in dict.fromkeys(key for key, _ in cases)}
+                   for key in keys}
+    recorded_fixed_costs = {key: measure_fixed_cost(key, repeats=repeats, min_time=min_time,
+                                                    recorded=True) for key in keys}
+    # (last: it empties every cache the measurements above filled)
+    first_calls = {"%s-%d" % (key, n): measure_first_call(key, n) for key, n in cases}
     if out is not None:
-        report(results, checks, out=out, fixed_costs=fixed_costs)
+        report(results, checks, out=out, fixed_costs=fixed_costs,
+               recorded_fixed_costs=recorded_fixed_costs, first_calls=first_calls)
     return {"environment": environment(), "repeats": repeats, "min_time": min_time,
             "targets": {"ratio": {"%s-%d" % k: v for k, v in TARGETS.items()},
                         "repeated": {"%s-%d" % k: v for k, v in REPEATED_TARGETS.items()},
@@ -617,6 +675,8 @@ def run(cases, repeats=7, min_time=0.02, memory=True, out=print, residual_in_poo
                         "scaling_steps": ["%s-%d-%d" % k for k in sorted(SCALING_TARGETS)]},
             "peer_names": list(PEER_NAMES),
             "results": results, "scaling": checks, "fixed_costs": fixed_costs,
+            "recorded_fixed_costs": recorded_fixed_costs,
+            "first_calls": {k: list(v) for k, v in first_calls.items()},
             "failures": failures(results, checks)}
 
 

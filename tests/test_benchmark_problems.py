@@ -229,6 +229,12 @@ def test_ratios_script_quick(tmp_path, capsys):
     assert sorted(data["fixed_costs"]) == ["bratu", "dd", "pb", "sw"]
     assert all(seconds > 0 for seconds in data["fixed_costs"].values())
     assert "fixed cost of an evaluation" in printed and "sw 5x5" in printed
+    assert sorted(data["recorded_fixed_costs"]) == ["bratu", "dd", "pb", "sw"]
+    assert all(seconds > 0 for seconds in data["recorded_fixed_costs"].values())
+    assert sorted(data["first_calls"]) == ["bratu-3", "dd-5", "pb-10", "sw-4", "sw-8"]
+    assert all(ratio > 0 and recorded > 0 and eager > 0
+               for ratio, recorded, eager in data["first_calls"].values())
+    assert "first call of the default engine" in printed
     # the shallow-water rows carry the Jacobian derived by hand, for information
     assert "derived by hand" in printed
     for r in data["results"]:
