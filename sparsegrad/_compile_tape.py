@@ -1493,26 +1493,27 @@ def _laid_out(E, A, layout, leaf_slot, param_slot):
 #: the block, and the most such runs of a segment
 _FUSED_ROWS = 64
 _MOST_RUNS = 16
-#: the most adds of a row that are looked at
-_MOST_ADDS = 32
 
 
-def _fused(layout, owners, adds):
+def _fused(layout, owners, later):
     """``layout`` with each run of at least :data:`_FUSED_ROWS` rows of a
     segment whose slots meet the same slots at their places at every row
     split off, those slots summed into the first one's (in slot order: the
-    order of the adds they replace); None where there is no such run."""
+    order of the adds they replace); None where there is no such run.
+    ``owners`` and ``later``: :func:`_owners`' of the layout's pieces."""
+    by_segment = collections.defaultdict(list)
+    for segment, slot, rows, places in later:
+        by_segment[segment].append((slot, rows, owners[places]))
     result, changed = [], False
-    first_of = np.searchsorted(adds[:, 0], np.arange(len(layout) + 1))
     for k, (start, stop, covering) in enumerate(layout):
-        segment_adds = adds[first_of[k]:first_of[k + 1]]
-        runs = _alike(stop - start, segment_adds, owners) if len(segment_adds) else None
+        runs = (_alike(stop - start, len(covering), by_segment[k])
+                if k in by_segment else None)
         if runs is None:
             result.append((start, stop, covering))
             continue
         changed = True
         for r0, r1, meets in runs:
-            absorbed = {slot: owner for slot, owner in meets}
+            absorbed = dict(meets)
             slots = []
             for slot, members in enumerate(covering):
                 if slot in absorbed:
@@ -1525,26 +1526,24 @@ def _fused(layout, owners, adds):
     return result if changed else None
 
 
-def _alike(n, adds, owners):
+def _alike(n, n_slots, added):
     """The runs ``(first row, stop row, ((slot, owner slot), ...))`` of the
-    ``n`` rows of a segment, whose adds (``(segment, row, slot, place)``,
-    sorted) are alike at every row (runs of fewer than :data:`_FUSED_ROWS`
-    rows, or without adds, as one run without); None where none would be
-    summed or there would be too many."""
-    rows = adds[:, 1]
-    counts = np.bincount(rows, minlength=n)
-    most = int(counts.max())
-    if most > _MOST_ADDS:
-        return None
-    pairs = adds[:, 2] * 65536 + owners[adds[:, 3]].astype(np.int64)
-    position = np.arange(len(adds)) - np.repeat(np.cumsum(counts) - counts, counts)
-    signature = np.full((n, most), -1, dtype=np.int64)
-    signature[rows, position] = pairs
+    ``n`` rows of a segment of ``n_slots`` slots, whose slots are added to the
+    same owners at every row (``added``: ``(slot, rows, owners)`` of each slot
+    added somewhere); runs of fewer than :data:`_FUSED_ROWS` rows, or without
+    adds, as one run without.  None where none would be summed or there
+    would be too many runs."""
+    signature = np.full((n, n_slots), -1, dtype=np.int32)
+    for slot, rows, owner in added:
+        signature[rows, slot] = owner
     bounds = np.concatenate([[0], np.flatnonzero(
         np.any(signature[1:] != signature[:-1], axis=1)) + 1, [n]])
+    if len(bounds) > 4 * _MOST_RUNS + 1:
+        return None
     runs = []
     for r0, r1 in zip(bounds[:-1], bounds[1:]):
-        meets = tuple((int(v) >> 16, int(v) & 65535) for v in signature[r0] if v >= 0)
+        meets = tuple((slot, int(owner)) for slot, owner in enumerate(signature[r0])
+                      if owner >= 0)
         if not meets or r1 - r0 < _FUSED_ROWS:
             meets = ()
         if runs and not meets and not runs[-1][2]:
@@ -1606,15 +1605,15 @@ def _compile(tape, output):
         return _owners(kernels.merge_plan(indptr, indices,
                                           [(None, c, first) for c, first, _ in pieces]),
                        pieces, segments, len(indices))
-    owners, adds = plan()
-    fused = _fused(layout, owners, adds) if len(adds) else None
+    owners, later = plan()
+    fused = _fused(layout, owners, later) if later else None
     if fused is not None:
         # (places that terms meet at alike over many rows: summed in the
         # block, as the adds would, instead of one add per place)
         pieces, instructions, segments = _laid_out(E, A, fused, leaf_slot, param_slot)
-        owners, adds = plan()
+        owners, later = plan()
     program = Program()
-    program.owners, program.adds = owners, adds
+    program.owners, program.adds = owners, _adds(later)
     program.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 4)
     program.segments = np.array(segments, dtype=np.int64).reshape(-1, 6)
     program.guards = [(kind, param_slot(a), param_slot(b), held) for kind, a, b, held in A.guards]
@@ -1652,27 +1651,38 @@ _MAX_SLOTS = 65536
 
 
 def _owners(codes, pieces, segments, nnz):
-    """``(owners, adds)`` of ``run_program`` from the codes of ``merge_plan``:
-    the slot whose value each place takes first, and the later values added."""
+    """``(owners, later)`` from the codes of ``merge_plan``: the slot whose value
+    each place takes first, and for each piece whose values are added to
+    places taken before (``(segment, slot, rows, places)``, in the pieces'
+    order) the rows and places where they are (see :func:`_adds`)."""
     owners = np.zeros(nnz, dtype=np.uint8 if max(
         [s[5] for s in segments] + [1]) <= 256 else np.uint16)
-    stored, adds, slot, previous = 0, [], 0, None
+    stored, later, slot, previous = 0, [], 0, None
     for code, (_, _, segment) in zip(codes, pieces):
         # (a piece's slot: its number among its segment's pieces, consecutive)
         slot = slot + 1 if segment == previous else 0
         previous = segment
         code = np.asarray(code)
         places = code >> 1
-        later = (code & 1).astype(bool) & (code >= 0)
-        first = ~later & (code >= 0)
+        added = (code & 1).astype(bool) & (code >= 0)
+        first = ~added & (code >= 0)
         owners[places[first]] = slot
         stored += np.count_nonzero(first)
-        if later.any():
-            rows = np.flatnonzero(later)
-            adds.append(np.stack([np.full(len(rows), segment), rows, np.full(len(rows), slot),
-                                  places[rows]], axis=1))
+        if added.any():
+            rows = np.flatnonzero(added)
+            later.append((segment, slot, rows, places[rows]))
     if stored != nnz:
         raise Untraceable("a merge plan that leaves places empty")
-    adds = np.concatenate(adds) if adds else np.zeros((0, 4), dtype=np.int64)
+    return owners, later
+
+
+def _adds(later):
+    """The adds of ``run_program``, ``(segment, row, slot, place)`` sorted, from
+    the ``later`` of :func:`_owners`."""
+    if not later:
+        return np.zeros((0, 4), dtype=np.int64)
+    adds = np.concatenate([np.stack([np.full(len(rows), segment), rows,
+                                     np.full(len(rows), slot), places], axis=1)
+                           for segment, slot, rows, places in later])
     adds = adds[np.lexsort((adds[:, 2], adds[:, 1], adds[:, 0]))]
-    return owners, np.ascontiguousarray(adds, dtype=np.int64).reshape(-1, 4)
+    return np.ascontiguousarray(adds, dtype=np.int64).reshape(-1, 4)
