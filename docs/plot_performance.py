@@ -24,6 +24,17 @@ def load(path):
         return json.load(f)
 
 
+def _engine_ratio(r):
+    """The default engine's ratio of a result (``forward.seed``'s in older runs)."""
+    return r.get("traced_ratio_pool") or r["ratio"]
+
+
+def _engine_target(r, targets):
+    if r.get("traced_ratio_pool"):
+        return r.get("engine_target")
+    return targets.get("%s-%d" % (r["problem"], r["size"]))
+
+
 def plot(data, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -48,19 +59,21 @@ def plot(data, path):
     labels = ["%s\n%s" % (r["name"], r["label"]) for r in results]
     xs = range(len(results))
     colours = {key: "C%d" % i for i, key in enumerate(dict.fromkeys(r["problem"] for r in results))}
-    left.bar(xs, [r["ratio"] for r in results],
+    left.bar(xs, [_engine_ratio(r) for r in results],
              color=[colours[r["problem"]] for r in results])
     for x, r in zip(xs, results):
-        left.annotate("%.1f" % r["ratio"], (x, r["ratio"]), ha="center", va="bottom",
-                      fontsize=8)
-        target = targets.get("%s-%d" % (r["problem"], r["size"]))
+        left.annotate("%.1f" % _engine_ratio(r), (x, _engine_ratio(r)), ha="center",
+                      va="bottom", fontsize=8)
+        left.plot([x], [r["ratio"]], marker="_", markersize=14, color="0.45")
+        target = _engine_target(r, targets)
         if target is not None:
             left.plot([x - 0.4, x + 0.4], [target, target], color="k", lw=2)
     left.plot([], [], color="k", lw=2, label="target")
+    left.plot([], [], marker="_", markersize=14, ls="", color="0.45", label="forward.seed")
     log_axis(left)
     left.set_xticks(list(xs))
     left.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
-    left.set_ylabel("value+Jacobian time / numpy residual time")
+    left.set_ylabel("value_and_jacobian(F) time / numpy residual time")
     left.set_title("sparsegrad %s (%s kernels)" % (
         data["environment"]["sparsegrad"], data["environment"]["kernels"]))
     left.legend(loc="upper right", fontsize=8)
@@ -74,7 +87,7 @@ def plot(data, path):
             mids, errs = [], [[], []]
             for r in compared:
                 if i == 0:
-                    lo = hi = r["ratio"]
+                    lo = hi = _engine_ratio(r)
                 else:
                     lo, hi = r["peers"][name]
                 mid = (lo + hi) / 2
@@ -85,7 +98,7 @@ def plot(data, path):
             right.bar(pos, mids, width, yerr=errs, capsize=2, label=name,
                       color="#222222" if i == 0 else "C%d" % (i + 4))
         for j, r in enumerate(compared):
-            target = targets.get("%s-%d" % (r["problem"], r["size"]))
+            target = _engine_target(r, targets)
             if target is not None:
                 right.plot([j - 0.4, j + 0.4], [target, target], color="k", lw=2)
         log_axis(right)
@@ -111,19 +124,27 @@ def plot(data, path):
 def markdown(data):
     """The measured figures as a markdown table (for docs/performance.md)."""
     targets = data["targets"]
-    rows = ["| problem | size | unknowns | nnz | residual [ms] | value+Jacobian [ms] "
-            "| ratio (target) | sparsity/seed (<= %g) | peak mem / Jacobian (<= %g) |"
+    rows = ["| problem | size | unknowns | nnz | residual [ms] | default engine, on the pool "
+            "(target) | floor, on the pool | `forward.seed` [ms] | `forward.seed` (target) "
+            "| sparsity/seed (<= %g) | peak mem / Jacobian (<= %g) |"
             % (targets["sparsity"], targets["memory"]),
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in data["results"]:
         target = targets["ratio"].get("%s-%d" % (r["problem"], r["size"]))
         ratio = "%.1fx" % r["ratio"]
         if target is not None:
             ratio += " (<= %gx)" % target
+        engine = "-"
+        if r.get("traced_ratio_pool") is not None:
+            engine = "%.2fx" % r["traced_ratio_pool"]
+            if r.get("engine_target") is not None:
+                engine += " (<= %gx)" % r["engine_target"]
+        floor = ("%.2fx" % (r["floor_s"] / r["residual_pool_s"])
+                 if r.get("floor_s") and r.get("residual_pool_s") else "-")
         memory = "%.2fx" % r["memory_ratio"] if "memory_ratio" in r else "-"
-        rows.append("| %s | %s | %d | %d | %.3g | %.3g | %s | %.2f | %s |" % (
-            r["name"], r["label"], r["unknowns"], r["nnz"], 1e3 * r["residual_s"],
-            1e3 * r["jacobian_s"], ratio, r["sparsity_ratio"], memory))
+        rows.append("| %s | %s | %d | %d | %.3g | %s | %s | %.3g | %s | %.2f | %s |" % (
+            r["name"], r["label"], r["unknowns"], r["nnz"], 1e3 * r["residual_s"], engine,
+            floor, 1e3 * r["jacobian_s"], ratio, r["sparsity_ratio"], memory))
     if data.get("scaling"):
         rows += ["", "| scaling step | nonzeros | time | time per 4x nonzeros (3.08 to 5.2) |",
                  "| --- | ---: | ---: | ---: |"]
