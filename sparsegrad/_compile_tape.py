@@ -44,7 +44,7 @@ from ._indexing import Assembly, broadcast_rows, row_index, slice_key
 from ._jacobian import _index_dtype
 from ._ufunc_rules import DERIVATIVES
 
-__all__ = ["Untraceable", "Program", "compile_tape", "same_index"]
+__all__ = ["Untraceable", "Program", "compile_tape", "replay", "same_index"]
 
 
 class Untraceable(Exception):
@@ -1071,19 +1071,73 @@ def _read_nodes(entry):
     return [k for s, k in structures if s == "n"]
 
 
-def _materialize(J, entry):
-    """Assemblies that ``entry`` reads assembled, as the eager way's reads do
-    (all but comparisons, gathers by index arrays and the target of a write
-    read a value's whole Jacobian, which assembles it in place)."""
-    gathered = entry[0] == "gather"
+def _materialize(E, A, J, entry, tape, node):
+    """Assemblies that ``entry`` (of ``node``) reads assembled, as the eager
+    way's reads do (all but comparisons, gathers by index arrays, reads that
+    numpy makes no view for and the target of a write read a value's whole
+    Jacobian, which assembles it in place), and views read again after a
+    write, read (by all but comparisons)."""
+    if entry[0] == "mask":
+        return
+    gathered = entry[0] == "gather" or _by_rows(entry, tape, node)
     for k in _read_nodes(entry):
+        if type(J[k]) is _Reread:
+            J[k] = J[k].read(E, A, J)
         if isinstance(J[k], Assembly) and not gathered:
             J[k] = J[k].materialize()
 
 
-def _write_key(tape, form):
-    """The key of a write, as its form names it."""
-    return _basic_key(form[1]) if form[0] == "basic" else tape.indexes[form[1]]
+def _by_rows(entry, tape, node):
+    """Whether ``entry`` is a basic read that numpy makes no view for (an empty
+    or 0-d result), which the eager way takes from an assembly by its rows."""
+    return entry[0] in ("basic", "slice") and (not tape.lengths[node] or not tape.shapes[node])
+
+
+def replay(steps, array):
+    """``array`` read by ``steps``, the forms of the reads that made a view
+    (``("basic", form)``, ``("reshape", shape)``, ``("move", function,
+    arguments)``): the view, of values or of row numbers."""
+    for step in steps:
+        if step[0] == "basic":
+            array = array[_basic_key(step[1])]
+        elif step[0] == "reshape":
+            array = array.reshape(step[1])
+        else:
+            args, kwargs = _arguments(step[2])
+            array = step[1](array, *args, **kwargs)
+    return array
+
+
+def _target_rows(tape, base, form):
+    """The rows of value ``base`` that a write of ``form`` writes (through a
+    view: the view's rows, then its key's), shaped as the written region."""
+    rows = row_index(tape.shapes[base])
+    if form[0] == "view":
+        _, steps, form = form
+        rows = replay(steps, rows)
+    return rows[_basic_key(form[1]) if form[0] == "basic" else tape.indexes[form[1]]]
+
+
+class _Reread:
+    """The Jacobian of a view read again after a write into its root: the
+    eager way's stale view reads it (rows ``rows`` of the root's Jacobian,
+    assembled first) when an operation first needs it, not before."""
+
+    __slots__ = ("root", "rows")
+
+    def __init__(self, root, rows):
+        self.root = root
+        self.rows = rows
+
+    def read(self, E, A, J):
+        root = J[self.root]
+        if isinstance(root, Assembly):
+            root = J[self.root] = root.materialize()
+        if root is None:
+            return None
+        rows = self.rows
+        index = E.array(("reread", E.unique()), lambda: rows)
+        return A.take_rows(root, rows, None, index=index)
 
 
 def _written(tape, entry, J, rows):
@@ -1100,7 +1154,7 @@ def _written(tape, entry, J, rows):
         return None
     if not isinstance(assembly, Assembly):
         assembly = Assembly(assembly, rows)
-    target = row_index(tape.shapes[base])[_write_key(tape, form)]
+    target = _target_rows(tape, base, form)
     if forward:
         source = broadcast_rows(tape.shapes[k], target.shape)
         assembly.write(target.ravel(), J[k], source.ravel())
@@ -1117,7 +1171,7 @@ def _propagate(E, A, tape):
     assembling = _AssemblyRows(E, A)
     for node, entry in enumerate(tape.entries):
         kind = entry[0]
-        _materialize(J, entry)
+        _materialize(E, A, J, entry, tape, node)
         _inline(E, tape, node, entry)
         if node in tape.scalars:
             # (a 0-d value: a number to the eager way, a scalar of the call here)
@@ -1130,10 +1184,19 @@ def _propagate(E, A, tape):
             J.append(_Jacobian(tape.lengths[node], ()))
         elif kind == "write":
             J.append(_written(tape, entry, J, assembling))
+        elif kind == "reread":
+            _, root, steps = entry
+            J.append(_Reread(root, np.ascontiguousarray(
+                replay(steps, row_index(tape.shapes[root])), dtype=np.int64).ravel()))
         elif kind == "gather" and isinstance(J[entry[1]], Assembly):
             # (the eager way gathers an assembly's rows by index without assembling it)
             _, index = _gathered(E, tape, entry)
             J.append(J[entry[1]].take_rows(E.arrays[index]))
+        elif kind in ("basic", "slice") and isinstance(J[entry[1]], Assembly):
+            # (and so its reads that numpy makes no view for, see _by_rows)
+            rows = (E.arrays[_basic_rows(E, tape, entry)] if kind == "basic"
+                    else entry[2] + entry[4] * np.arange(entry[5]))
+            J.append(J[entry[1]].take_rows(rows))
         elif kind == "slice":
             _, source, start, stop, step, m = entry
             J.append(A.take_rows(J[source], start + step * np.arange(m),
@@ -1558,7 +1621,10 @@ def _alike(n, n_slots, added):
 def _compile(tape, output):
     E = _Expressions(tape.params)
     A = _Algebra(E)
-    J = _propagate(E, A, tape)[output]
+    Js = _propagate(E, A, tape)
+    J = Js[output]
+    if type(J) is _Reread:
+        J = J.read(E, A, Js)
     if isinstance(J, Assembly):
         J = J.materialize()
     if J is None:

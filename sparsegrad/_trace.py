@@ -49,7 +49,7 @@ import scipy.sparse
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import _structure
-from ._compile_tape import Untraceable, compile_tape, same_index
+from ._compile_tape import Untraceable, compile_tape, replay, same_index
 from ._memory import pooled
 from ._ufunc_rules import DERIVATIVES, SELECTIONS
 
@@ -303,37 +303,44 @@ class Traced(NDArrayOperatorsMixin):
     by zeros, transposes and the other movements of :data:`_MOVES` and the
     joins of :data:`_JOINS` by plain arguments, and of 1-d values reads by
     integer arrays and lists; values made by the creation functions of
-    :data:`_CREATION` with ``like=``, copies, and writes into values that
-    are not views (see :meth:`__setitem__`); anything else raises
-    :class:`Untraceable`.
+    :data:`_CREATION` with ``like=``, copies, writes and in-place operators,
+    through views too, with numpy's aliasing (see :meth:`__setitem__`);
+    anything else raises :class:`Untraceable`.
     """
 
     # (base: the value whose array this one is a view of, as numpy's view
-    # would be, None for its own array; views: weak references to the views
-    # of this one's array, which a write into it makes stale)
-    __slots__ = ("value", "node", "tape", "base", "views", "__weakref__")
+    # would be, None for its own array; steps: the reads that make this one's
+    # array of the base's (None: reads the recording cannot repeat); views:
+    # weak references to the views of this one's array, read again from it
+    # after each write into it)
+    __slots__ = ("value", "node", "tape", "base", "steps", "views", "__weakref__")
 
     def __init__(self, value, node, tape):
         self.value = value
         self.node = node
         self.tape = tape
-        self.base = self.views = None
+        self.base = self.steps = self.views = None
 
-    def _view(self, result):
-        """``result``, a view of this value's array, as one: a write into the
-        array it views makes it stale (a write through it is not recorded)."""
-        base = self.base if self.base is not None else self
+    def _view(self, result, step):
+        """``result``, a view of this value's array made by ``step`` (a form of
+        :func:`sparsegrad._compile_tape.replay`, or None), as one: a write into
+        the array it views reads it again, a write through it goes there."""
+        if self.base is None:
+            base, steps = self, ()
+        else:
+            base, steps = self.base, self.steps
         result.base = base
+        result.steps = None if steps is None or step is None else steps + (step,)
         if base.views is None:
             base.views = [weakref.ref(result)]
         else:
             base.views.append(weakref.ref(result))
         return result
 
-    def _viewed(self, result):
+    def _viewed(self, result, step):
         """``result``, as a view of this value when numpy made its array one."""
         if np.may_share_memory(result.value, self.value):
-            return self._view(result)
+            return self._view(result, step)
         return result
 
     shape = property(lambda self: self.value.shape)
@@ -358,8 +365,6 @@ class Traced(NDArrayOperatorsMixin):
         if type(x) is np.ndarray and x.dtype in _VALUE_DTYPES and x.ndim:
             # (of any shape numpy broadcasts)
             return ("n", tape.constant(x)), x
-        if type(x) is _StaleView:
-            raise Untraceable(_STALE)
         raise Untraceable("an operand of type %s" % type(x).__name__)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -438,8 +443,10 @@ class Traced(NDArrayOperatorsMixin):
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
             value = self.value[key]
+            form = _basic_form(key)
             return self._view(self.tape.add(("slice", self.node, start, stop, step,
-                                             value.shape[0]), value))
+                                             value.shape[0]), value),
+                              None if form is None else ("basic", form))
         if type(key) is list and all(type(k) is int for k in key):
             # (the eager way names the reads of short lists by their numbers,
             # of longer ones by nothing: each its own matrix)
@@ -461,7 +468,8 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable("a read of an n-d value by other than ints, slices, None "
                               "and Ellipsis")
         return self._viewed(self.tape.add(("basic", self.node, form),
-                                          self.value[key]))  # (numpy's errors)
+                                          self.value[key]),  # (numpy's errors)
+                            ("basic", form))
 
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and not isinstance(shape[0], int):
@@ -476,7 +484,8 @@ class Traced(NDArrayOperatorsMixin):
         values in the same order."""
         if order != "C":
             raise Untraceable("a reshape in order %r" % (order,))
-        return self._viewed(self.tape.add(("reshape", self.node, value.shape), value))
+        return self._viewed(self.tape.add(("reshape", self.node, value.shape), value),
+                            ("reshape", value.shape))
 
     T = property(lambda self: self._moved(np.transpose, (self,), {}))
 
@@ -500,7 +509,8 @@ class Traced(NDArrayOperatorsMixin):
         value = func(a.value, *args[1:], **kwargs)
         if type(value) is not np.ndarray:
             raise Untraceable("np.%s giving a %s" % (func.__name__, type(value).__name__))
-        return a._viewed(self.tape.add(("move", a.node, func, form), value))
+        return a._viewed(self.tape.add(("move", a.node, func, form), value),
+                         ("move", func, form))
 
     def __array_function__(self, func, types, args, kwargs):
         if func is np.reshape or func is np.ravel:
@@ -637,11 +647,12 @@ class Traced(NDArrayOperatorsMixin):
     def __setitem__(self, key, new):
         """``self[key] = new`` by ints, slices, None and Ellipsis (of a 1-d value,
         by an integer index array or list too), of a value, a number or a
-        constant: a new node, the array written, as the eager way's write
-        into its copy; this value's views turn stale."""
+        constant: a new node of the root (this value, or the one it is a view
+        of), its array written, as the eager way's write into its copy; the
+        root's live views are read from it again."""
         tape = self.tape
-        if self.base is not None:
-            raise Untraceable("a write through a view")
+        if self.base is not None and self.steps is None:
+            raise Untraceable("a write through a view the recording cannot follow")
         if self.value.ndim == 1 and not _is_basic_tuple(key) and type(key) is not slice:
             if type(key) is list and key and all(type(k) is int for k in key):
                 key = np.array(key, dtype=np.int64)
@@ -654,15 +665,28 @@ class Traced(NDArrayOperatorsMixin):
                 raise Untraceable("a write by other than ints, slices, None and Ellipsis")
             form = ("basic", form)
         source, written = self._operand(new)
-        value = self.value.copy()
-        value[key] = written   # (numpy's errors)
-        for ref in self.views or ():
-            view = ref()
-            if view is not None:
-                view.__class__ = _StaleView
-        self.views = None
-        result = tape.add(("write", self.node, form, source), value)
-        self.value, self.node = result.value, result.node
+        root = self if self.base is None else self.base
+        # (in the root's layout, so that the view's reads give numpy's view of it)
+        value = root.value.copy(order="K")
+        if self.base is None:
+            value[key] = written   # (numpy's errors)
+        else:
+            region = replay(self.steps, value)
+            if not np.shares_memory(region, value):
+                raise Untraceable("a write through a view numpy would not make again")
+            region[key] = written
+            form = ("view", self.steps, form)
+        views = [view for view in (ref() for ref in root.views or ()) if view is not None]
+        if any(view.steps is None for view in views):
+            raise Untraceable("a write into a value with a view the recording cannot follow")
+        result = tape.add(("write", root.node, form, source), value)
+        root.value, root.node = result.value, result.node
+        # (numpy's views show the write: each is read again from the root,
+        # its Jacobian's rows read where the eager way's stale view reads them)
+        for view in views:
+            again = tape.add(("reread", root.node, view.steps), replay(view.steps, root.value))
+            view.value, view.node = again.value, again.node
+        root.views = [weakref.ref(view) for view in views] or None
 
     def copy(self):
         return self.tape.add(("copy", self.node), self.value.copy())
@@ -681,19 +705,6 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable("np.%s of dtype %s and shape %s" % (func.__name__, array.dtype,
                                                                   array.shape))
         return self.tape.add(("created", array.shape), array)
-
-
-_STALE = "a view read after a write into the value it views"
-
-
-class _StaleView(Traced):
-    """A view of a value written after the view was made (numpy's view would
-    show the write; the recording does not reproduce that)."""
-
-    __slots__ = ()
-
-    def __getattribute__(self, name):
-        raise Untraceable(_STALE)
 
 
 # ---------------------------------------------------------------- programs

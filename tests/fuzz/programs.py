@@ -1734,7 +1734,12 @@ class _Recorded(_Builder):
             else:
                 source = "np.linspace(1.0, 2.0, %s[%s].size).reshape(%s[%s].shape)" % (
                     name, key, name, key)
-            self.run("%s[%s] = %s" % (name, key, source), {"write"}, writes=name)
+            # (into the value, in place too, or through a view of it)
+            target = name
+            if self.rng.random() < 0.25:
+                target = self.choice(["%s.reshape(-1)", "%s.T", "%s[::-1]"]) % name
+            op = self.choice(["=", "=", "+=", "-=", "*="])
+            self.run("%s[%s] %s %s" % (target, key, op, source), {"write"}, writes=name)
         return True
 
     def untraceable(self):
