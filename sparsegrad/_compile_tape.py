@@ -18,9 +18,9 @@ emitted as instructions on buffers of a block of rows, and the pattern gives
 the place each term's entry takes.  What the program cannot reproduce raises
 :class:`Untraceable` (the call then goes the eager way): a mask of a matrix
 the eager way merged (it chooses by the finiteness of the merged values), a
-merge of terms that meet at some of their places only, more reads of one
-value than the eager way's caches keep, a rule that needs more than
-arithmetic and ufuncs.
+merge of terms that start and stop meeting at more than :data:`_MAX_CUTS`
+rows, more reads of one value than the eager way's caches keep, a rule that
+needs more than arithmetic and ufuncs.
 
 >>> import numpy as np
 >>> from sparsegrad._trace import Tape, Traced
@@ -464,6 +464,10 @@ class _Jacobian:
         self.blocks = blocks
 
 
+#: the most rows a merge cuts its terms at, where they meet at some of their places
+_MAX_CUTS = 64
+
+
 class _Algebra:
     """``sparsegrad._jacobian``'s scale, add, take_rows, mask_rows, vstack and
     merges on :class:`_Jacobian`, rounding as they round: the same products and
@@ -650,11 +654,12 @@ class _Algebra:
     def _merge(self, J):
         """The eager way's merge of ``J`` (``_jacobian._merge``): a matrix whose
         values are the terms' ``data * s * d``, those of one place summed in the
-        terms' order.  Terms that share only some of their places would need
-        a sum at some rows only: refused."""
+        terms' order.  Terms that share some of their places are cut at the
+        rows where they start or stop sharing them (:meth:`_cut`)."""
         parts = []
         for first, a0, b0, c, e in self._places(J):
             parts.append((first + a0, first + b0, c, e))
+        parts = self._cut(parts)
         merged = []
         for part in parts:
             overlaps = [self._overlap(known, part) for known in merged]
@@ -667,6 +672,44 @@ class _Algebra:
                 merged.append(part)
         nnz = sum(int(np.count_nonzero(self.cols.arrays[c] >= 0)) for _, _, c, _ in merged)
         return _Matrix(("merged", next(self._own)), tuple(merged), J.n, True, nnz)
+
+    def _cut(self, parts):
+        """``parts`` that meet others cut at every row where two of them start,
+        stop, or start or stop meeting (one place at a row: the same column),
+        so that two pieces meet at all their rows or at none; refused past
+        :data:`_MAX_CUTS` cuts."""
+        arrays = self.cols.arrays
+        cuts, meeting = set(), set()
+        for i, p in enumerate(parts):
+            for j in range(i):
+                q = parts[j]
+                a0, b0 = max(p[0], q[0]), min(p[1], q[1])
+                if a0 >= b0:
+                    continue
+                cp = arrays[p[2]][a0 - p[0]:b0 - p[0]]
+                cq = arrays[q[2]][a0 - q[0]:b0 - q[0]]
+                met = (cp == cq) & (cp >= 0)
+                if not met.any():
+                    continue
+                meeting.update((i, j))
+                cuts.update((p[0], p[1], q[0], q[1]))
+                cuts.update((np.flatnonzero(met[1:] != met[:-1]) + 1 + a0).tolist())
+        if len(cuts) > _MAX_CUTS:
+            raise Untraceable("a merge of terms that meet at some of their places")
+        if not meeting:
+            return parts
+        bounds = sorted(cuts)
+        result = []
+        for i, (r0, r1, c, e) in enumerate(parts):
+            inner = [b for b in bounds if r0 < b < r1] if i in meeting else []
+            if not inner:
+                result.append((r0, r1, c, e))
+                continue
+            for s0, s1 in zip([r0] + inner, inner + [r1]):
+                cols = self.cols(("cut", c, s0 - r0, s1 - r0),
+                                 lambda c=c, a=s0 - r0, b=s1 - r0: arrays[c][a:b])
+                result.append((s0, s1, cols, self.E.compose(e, (-1, s0 - r0, 1, 0), s1 - s0)))
+        return result
 
     def _overlap(self, p, q):
         """Whether parts ``p`` and ``q`` share no place (None), all of theirs

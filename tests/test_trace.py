@@ -208,9 +208,11 @@ def test_random_programs_against_the_eager_way(seed):
         return
     # (compiled once, or found among the programs other calls compiled)
     assert info.misses + info.hits == 3 and info.misses <= 1 and info.fallbacks == 0
-    # (the program's ops are complex-safe: the complex step is exact to rounding)
+    # (the program's ops are complex-safe: the complex step is exact to
+    # rounding; both sum the same terms in other orders, and where terms of
+    # 1e28 cancel to a few of 1e28 the rounding shows at 1e-10 of the entry)
     reference_J = numerical_jacobian(f, x, method="complex")
-    np.testing.assert_allclose(J.toarray(), reference_J, rtol=1e-11,
+    np.testing.assert_allclose(J.toarray(), reference_J, rtol=1e-9,
                                atol=1e-12 * max(1.0, np.abs(reference_J).max()))
 
 
