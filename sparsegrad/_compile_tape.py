@@ -1138,11 +1138,16 @@ def _by_rows(entry, tape, node):
 
 def replay(steps, array):
     """``array`` read by ``steps``, the forms of the reads that made a view
-    (``("basic", form)``, ``("reshape", shape)``, ``("move", function,
-    arguments)``): the view, of values or of row numbers."""
+    (``("basic", form)``, ``("range", start, stop, step)`` as ``slice.indices``
+    gives them, ``("reshape", shape)``, ``("move", function, arguments)``):
+    the view, of values or of row numbers."""
     for step in steps:
         if step[0] == "basic":
             array = array[_basic_key(step[1])]
+        elif step[0] == "range":
+            # (a stop of -1 there: past the first element, going down)
+            _, start, stop, stride = step
+            array = array[start:None if stop < 0 else stop:stride]
         elif step[0] == "reshape":
             array = array.reshape(step[1])
         else:
@@ -1570,12 +1575,22 @@ def compile_tape(tape, output):
         raise Untraceable("a chain of operations too deep") from None
 
 
-def _laid_out(E, A, layout, leaf_slot, param_slot):
-    """``(pieces, instructions, segments)`` of ``run_program`` for segments
-    ``layout`` (``(start, stop, slots)``, a slot the terms ``(columns,
-    offset, expression)`` summed into it in order); pieces: ``(columns, first
-    row, segment)``, one per slot."""
-    pieces, instructions, segments = [], [], []
+def _pieces(A, layout):
+    """The pieces of segments ``layout`` (``(start, stop, slots)``, a slot the
+    terms ``(columns, offset, expression)`` summed into it in order):
+    ``(columns, first row, segment)``, one per slot, in order."""
+    for _, _, covering in layout:
+        if len(covering) > _MAX_SLOTS:
+            raise Untraceable("more than %d terms in rows of the result" % _MAX_SLOTS)
+    return [(A.cols.arrays[members[0][0]][members[0][1]:members[0][1] + stop - start],
+             start, k)
+            for k, (start, stop, covering) in enumerate(layout) for members in covering]
+
+
+def _emitted(E, layout, leaf_slot, param_slot):
+    """``(instructions, segments)`` of ``run_program`` for segments ``layout``
+    (see :func:`_pieces`): each slot's root the sum of its terms, in order."""
+    instructions, segments = [], []
     for start, stop, covering in layout:
         roots = []
         for slot, members in enumerate(covering):
@@ -1584,21 +1599,19 @@ def _laid_out(E, A, layout, leaf_slot, param_slot):
                 part = E.compose(e, (-1, offset, 1, 0), stop - start)
                 root = part if root is None else E.arith("add", root, part)
             roots.append((root, slot))
-            c, offset, _ = members[0]
-            pieces.append((A.cols.arrays[c][offset:offset + stop - start], start, len(segments)))
-        if len(roots) > _MAX_SLOTS:
-            raise Untraceable("more than %d terms in rows of the result" % _MAX_SLOTS)
         code, n_buffers = _emit(E, roots, leaf_slot, param_slot)
         segments.append((stop - start, len(instructions), len(instructions) + len(code),
                          n_buffers, start, len(roots)))
         instructions.extend(code)
-    return pieces, instructions, segments
+    return instructions, segments
 
 
 #: the fewest rows of a run whose slots meet alike for them to be summed in
-#: the block, and the most such runs of a segment
+#: the block; the most stretches of rows of other meetings a segment is read
+#: in, and the most runs it is cut into
 _FUSED_ROWS = 64
-_MOST_RUNS = 16
+_MOST_STRETCHES = 64
+_MOST_RUNS = 32
 
 
 def _fused(layout, owners, later):
@@ -1644,7 +1657,7 @@ def _alike(n, n_slots, added):
         signature[rows, slot] = owner
     bounds = np.concatenate([[0], np.flatnonzero(
         np.any(signature[1:] != signature[:-1], axis=1)) + 1, [n]])
-    if len(bounds) > 4 * _MOST_RUNS + 1:
+    if len(bounds) - 1 > _MOST_STRETCHES:
         return None
     runs = []
     for r0, r1 in zip(bounds[:-1], bounds[1:]):
@@ -1656,7 +1669,7 @@ def _alike(n, n_slots, added):
             runs[-1] = (runs[-1][0], int(r1), ())
         else:
             runs.append((int(r0), int(r1), meets))
-    if not any(meets for _, _, meets in runs) or len(runs) > 2 * _MOST_RUNS:
+    if not any(meets for _, _, meets in runs) or len(runs) > _MOST_RUNS:
         return None
     return runs
 
@@ -1703,7 +1716,7 @@ def _compile(tape, output):
     # of the merge)
     layout = [(start, stop, [[entry] for entry in covering])
               for start, stop, covering in _segments(terms, m)]
-    pieces, instructions, segments = _laid_out(E, A, layout, leaf_slot, param_slot)
+    pieces = _pieces(A, layout)
     kernels = _fast.kernels
     index_dtype = _index_dtype(n, sum(len(c) for c, _, _ in pieces))
     selection_terms = [(None, c, None, None, first) for c, first, _ in pieces]
@@ -1713,14 +1726,17 @@ def _compile(tape, output):
     def plan():
         return _owners(kernels.merge_plan(indptr, indices,
                                           [(None, c, first) for c, first, _ in pieces]),
-                       pieces, segments, len(indices))
+                       pieces, max([len(covering) for _, _, covering in layout] + [1]),
+                       len(indices))
     owners, later = plan()
     fused = _fused(layout, owners, later) if later else None
     if fused is not None:
         # (places that terms meet at alike over many rows: summed in the
         # block, as the adds would, instead of one add per place)
-        pieces, instructions, segments = _laid_out(E, A, fused, leaf_slot, param_slot)
+        layout = fused
+        pieces = _pieces(A, layout)
         owners, later = plan()
+    instructions, segments = _emitted(E, layout, leaf_slot, param_slot)
     program = Program()
     program.owners, program.adds = owners, _adds(later)
     program.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 4)
@@ -1759,13 +1775,12 @@ def _compile(tape, output):
 _MAX_SLOTS = 65536
 
 
-def _owners(codes, pieces, segments, nnz):
+def _owners(codes, pieces, most_slots, nnz):
     """``(owners, later)`` from the codes of ``merge_plan``: the slot whose value
     each place takes first, and for each piece whose values are added to
     places taken before (``(segment, slot, rows, places)``, in the pieces'
     order) the rows and places where they are (see :func:`_adds`)."""
-    owners = np.zeros(nnz, dtype=np.uint8 if max(
-        [s[5] for s in segments] + [1]) <= 256 else np.uint16)
+    owners = np.zeros(nnz, dtype=np.uint8 if most_slots <= 256 else np.uint16)
     stored, later, slot, previous = 0, [], 0, None
     for code, (_, _, segment) in zip(codes, pieces):
         # (a piece's slot: its number among its segment's pieces, consecutive)

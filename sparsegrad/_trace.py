@@ -310,7 +310,7 @@ class Traced(NDArrayOperatorsMixin):
 
     # (base: the value whose array this one is a view of, as numpy's view
     # would be, None for its own array; steps: the reads that make this one's
-    # array of the base's (None: reads the recording cannot repeat); views:
+    # array of the base's; views:
     # weak references to the views of this one's array, read again from it
     # after each write into it)
     __slots__ = ("value", "node", "tape", "base", "steps", "views", "__weakref__")
@@ -323,14 +323,14 @@ class Traced(NDArrayOperatorsMixin):
 
     def _view(self, result, step):
         """``result``, a view of this value's array made by ``step`` (a form of
-        :func:`sparsegrad._compile_tape.replay`, or None), as one: a write into
+        :func:`sparsegrad._compile_tape.replay`), as one: a write into
         the array it views reads it again, a write through it goes there."""
         if self.base is None:
             base, steps = self, ()
         else:
             base, steps = self.base, self.steps
         result.base = base
-        result.steps = None if steps is None or step is None else steps + (step,)
+        result.steps = steps + (step,)
         if base.views is None:
             base.views = [weakref.ref(result)]
         else:
@@ -443,10 +443,10 @@ class Traced(NDArrayOperatorsMixin):
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
             value = self.value[key]
-            form = _basic_form(key)
-            return self._view(self.tape.add(("slice", self.node, start, stop, step,
-                                             value.shape[0]), value),
-                              None if form is None else ("basic", form))
+            result = self.tape.add(("slice", self.node, start, stop, step, value.shape[0]),
+                                   value)
+            # (numpy's view, but for an empty one: a new array, as the eager way holds it)
+            return self._view(result, ("range", start, stop, step)) if value.shape[0] else result
         if type(key) is list and all(type(k) is int for k in key):
             # (the eager way names the reads of short lists by their numbers,
             # of longer ones by nothing: each its own matrix)
@@ -651,8 +651,6 @@ class Traced(NDArrayOperatorsMixin):
         of), its array written, as the eager way's write into its copy; the
         root's live views are read from it again."""
         tape = self.tape
-        if self.base is not None and self.steps is None:
-            raise Untraceable("a write through a view the recording cannot follow")
         if self.value.ndim == 1 and not _is_basic_tuple(key) and type(key) is not slice:
             if type(key) is list and key and all(type(k) is int for k in key):
                 key = np.array(key, dtype=np.int64)
@@ -677,8 +675,6 @@ class Traced(NDArrayOperatorsMixin):
             region[key] = written
             form = ("view", self.steps, form)
         views = [view for view in (ref() for ref in root.views or ()) if view is not None]
-        if any(view.steps is None for view in views):
-            raise Untraceable("a write into a value with a view the recording cannot follow")
         result = tape.add(("write", root.node, form, source), value)
         root.value, root.node = result.value, result.node
         # (numpy's views show the write: each is read again from the root,

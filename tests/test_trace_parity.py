@@ -624,3 +624,15 @@ def test_reads_numpy_makes_no_view_for_leave_an_assembly_as_it_is():
     check(f)
     check(lambda x: (lambda F: (F.__setitem__(slice(2, 5), x[:3] ** 2), F[5:5], F * 3.0)[2])(
         x * 1.0))
+
+
+def test_an_empty_slice_is_not_a_view_of_a_written_value():
+    # (numpy makes a new array of an empty slice: no write reaches it, and the
+    # eager way reads no Jacobian for it again)
+    def f(x):
+        F = x * 2.0
+        F[1:4] = x[5:8] ** 2
+        empty = F[3:3]
+        F[0] = x[9]
+        return np.concatenate([F, empty]) * 1.5
+    check(f)
