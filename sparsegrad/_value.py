@@ -709,6 +709,10 @@ class _stale_scalar_view(_Stale, _scalar_view):
 
 #: the stale class of each view class
 _STALE = {_array_view: _stale_array_view, _scalar_view: _stale_scalar_view}
+#: every class of a view
+_VIEWS = frozenset(_STALE) | frozenset(_STALE.values())
+_new = object.__new__
+_weak = weakref.ref
 
 
 def written(root):
@@ -735,27 +739,30 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
         # (a scalar-like 0-d value: numpy's scalars have no views, a reshape of
         # one is a new array)
         return make(array, jacobian)
-    if isinstance(parent, _View):
-        root, steps, parts = parent._root, parent._steps, parent._parts
+    pair = (step, step if rows_step is False else rows_step)
+    if type(parent) in _VIEWS:
+        root = parent._root
+        steps = parent._steps + (pair,)
+        parts = parent._parts if part is None else parent._parts + (part,)
     else:
-        root, steps, parts = parent, (), ()
+        root, steps, parts = parent, (pair,), () if part is None else (part,)
     # (the view's array is numpy's view of the root's memory: the root never
     # writes into it again, and until it is written its views own nothing)
     root._owns = False
-    view = _array_view.__new__(_array_view) if array.ndim else _scalar_view.__new__(_scalar_view)
+    view = _new(_array_view if array.ndim else _scalar_view)
     # (its _version and _views stay unset: writes and views go to the root)
     view._raw = array
     view._jac = jacobian
     view._owns = False
     view._root = root
-    view._steps = steps + ((step, step if rows_step is False else rows_step),)
-    view._parts = parts if part is None else parts + (part,)
+    view._steps = steps
+    view._parts = parts
     view._rows = None
     views = root._views
     if views is None:
-        root._views = [weakref.ref(view)]
+        root._views = [_weak(view)]
     else:
-        views.append(weakref.ref(view))
+        views.append(_weak(view))
         if len(views) & 255 == 0:  # (a loop of temporary views: the dead go)
             root._views = [ref for ref in views if ref() is not None]
     return view
