@@ -143,10 +143,14 @@ def in_c_order(arrays):
 
 
 def _strides_in_c_order(array):
-    if array.flags.c_contiguous:
-        return True
     # (a slice's step k < n along an axis multiplies its stride by less than the
     # next outer stride is, integers drop axes: a basic read of a C-contiguous
-    # array passes)
-    strides = [abs(s) for s, n in zip(array.strides, array.shape) if n > 1]
-    return strides == sorted(strides, reverse=True)
+    # array passes; so does a C-contiguous array, asked without making its flags)
+    outer = None
+    for stride, n in zip(array.strides, array.shape):
+        if n > 1:
+            stride = abs(stride)
+            if outer is not None and stride > outer:
+                return False
+            outer = stride
+    return True

@@ -331,10 +331,13 @@ class Traced(NDArrayOperatorsMixin):
             base, steps = self.base, self.steps
         result.base = base
         result.steps = steps + (step,)
-        if base.views is None:
+        views = base.views
+        if views is None:
             base.views = [weakref.ref(result)]
         else:
-            base.views.append(weakref.ref(result))
+            views.append(weakref.ref(result))
+            if len(views) & 255 == 0:  # (a loop of temporary views: the dead go)
+                base.views = [ref for ref in views if ref() is not None]
         return result
 
     def _viewed(self, result, step):

@@ -636,3 +636,17 @@ def test_an_empty_slice_is_not_a_view_of_a_written_value():
         F[0] = x[9]
         return np.concatenate([F, empty]) * 1.5
     check(f)
+
+
+def test_many_temporary_views_then_a_write():
+    # (the views a loop makes and drops are let go of during the call; the
+    # live ones still see the write)
+    def f(x):
+        F = x * 2.0
+        kept = F[2:]
+        total = 0.0
+        for k in range(600):
+            total = total + F[k % 5:][0]
+        F[3] = x[0] ** 2
+        return kept * total
+    check(f)
