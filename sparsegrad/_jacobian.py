@@ -75,7 +75,7 @@ class Seed:
 def _readonly(array):
     # (device arrays have no read-only flag: there immutability is a convention)
     if isinstance(array, np.ndarray):
-        array.flags.writeable = False
+        array.setflags(write=False)  # (cheaper than through .flags)
     return array
 
 
