@@ -907,6 +907,10 @@ def _inline(E, tape, node, entry):
         e = _CHEAP[entry[1]](E, *(_operand(E, tape, s, shape) for s in entry[2]))
         if E.size(e) <= _INLINE_BUDGET and not E.scalar(e):
             E.values[node] = e
+    if node not in tape.scalars and node in E.values and E.scalar(E.values[node]):
+        # (an array of a 0-d value's: the eager way's partials of it are
+        # vectors, multiplied out in their order, not scalars)
+        del E.values[node]
 
 
 def _differentiated(E, A, tape, node, entry, J):

@@ -340,9 +340,11 @@ class Traced(NDArrayOperatorsMixin):
                 base.views = [ref for ref in views if ref() is not None]
         return result
 
-    def _viewed(self, result, step):
-        """``result``, as a view of this value when numpy made its array one."""
-        if np.may_share_memory(result.value, self.value):
+    def _viewed(self, result, step, array):
+        """``result``, as a view of this value when numpy made its array
+        (``array``: numpy's, a 0-d one too, whose value ``result`` holds as a
+        scalar) one."""
+        if np.may_share_memory(array, self.value):
             return self._view(result, step)
         return result
 
@@ -470,9 +472,9 @@ class Traced(NDArrayOperatorsMixin):
         if form is None:
             raise Untraceable("a read of an n-d value by other than ints, slices, None "
                               "and Ellipsis")
-        return self._viewed(self.tape.add(("basic", self.node, form),
-                                          self.value[key]),  # (numpy's errors)
-                            ("basic", form))
+        value = self.value[key]  # (numpy's errors)
+        return self._viewed(self.tape.add(("basic", self.node, form), value),
+                            ("basic", form), value)
 
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and not isinstance(shape[0], int):
@@ -488,7 +490,7 @@ class Traced(NDArrayOperatorsMixin):
         if order != "C":
             raise Untraceable("a reshape in order %r" % (order,))
         return self._viewed(self.tape.add(("reshape", self.node, value.shape), value),
-                            ("reshape", value.shape))
+                            ("reshape", value.shape), value)
 
     T = property(lambda self: self._moved(np.transpose, (self,), {}))
 
@@ -513,7 +515,7 @@ class Traced(NDArrayOperatorsMixin):
         if type(value) is not np.ndarray:
             raise Untraceable("np.%s giving a %s" % (func.__name__, type(value).__name__))
         return a._viewed(self.tape.add(("move", a.node, func, form), value),
-                         ("move", func, form))
+                         ("move", func, form), value)
 
     def __array_function__(self, func, types, args, kwargs):
         if func is np.reshape or func is np.ravel:

@@ -650,3 +650,34 @@ def test_many_temporary_views_then_a_write():
         F[3] = x[0] ** 2
         return kept * total
     check(f)
+
+
+def test_a_0d_view_sees_a_later_write():
+    # (numpy's reshape to () of one element is a 0-d view, not a number)
+    def f(x):
+        v1 = np.reshape(x, ())
+        v2 = x[0::1]
+        v2 *= 2.0
+        return np.concatenate([np.ravel(v1), v2.reshape(-1), x - x])
+    point = np.array([-0.93])
+    check(f, (point, point * 1.45, point))
+    assert point[0] == -0.93
+
+
+def test_a_write_through_a_0d_view():
+    def f(x):
+        F = x * 1.0
+        corner = F[:1].reshape(())
+        corner[...] = x[1] ** 2
+        return F * 3.0 + corner
+    check(f)
+
+
+def test_an_array_of_a_0d_value_has_vector_partials():
+    # (the eager way multiplies the partials of a (1, 1, 1) value out in their
+    # order, as vectors: (d * c1) * c2, not d * (c1 * c2))
+    def f(x):
+        v2 = np.reshape(x.reshape(()), (1, 1, 1))
+        v4 = np.sin(np.sqrt(1.5 + v2 * v2))
+        return np.ravel(v4 + v4)
+    check(f, (np.array([-1.343]), np.array([0.3]), np.array([2.5])))
