@@ -80,7 +80,10 @@ class Summary:
             self.checks.items())))
         lines.append("failures: %d" % len(self.failures))
         for key, n in self.classes.most_common():
-            lines.append("  %4d  %s / %s / %s" % ((n,) + key))
+            # (the seeds too: ``--show SEED`` prints a failure of a quiet run)
+            seeds = [f.program.seed for f in self.failures if f.key == key]
+            lines.append("  %4d  %s / %s / %s  (seeds %s)" % ((n,) + key + (
+                " ".join(map(str, seeds[:8])) + (" ..." if len(seeds) > 8 else ""),)))
         return "\n".join(lines)
 
     def failure_report(self):
