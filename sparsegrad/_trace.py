@@ -344,7 +344,13 @@ class Traced(NDArrayOperatorsMixin):
         """``result``, as a view of this value when numpy made its array
         (``array``: numpy's, a 0-d one too, whose value ``result`` holds as a
         scalar) one."""
-        if np.may_share_memory(array, self.value):
+        if self.base is not None and type(self.value) is not np.ndarray:
+            # (a 0-d view holds its value as a number, numpy's as an array: its
+            # reads are views of its base where numpy's would be)
+            base = self.base.value
+            if np.may_share_memory(replay(self.steps + (step,), base), base):
+                return self._view(result, step)
+        elif np.may_share_memory(array, self.value):
             return self._view(result, step)
         return result
 

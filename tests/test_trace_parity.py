@@ -681,3 +681,13 @@ def test_an_array_of_a_0d_value_has_vector_partials():
         v4 = np.sin(np.sqrt(1.5 + v2 * v2))
         return np.ravel(v4 + v4)
     check(f, (np.array([-1.343]), np.array([0.3]), np.array([2.5])))
+
+
+@pytest.mark.parametrize("read", [lambda c: c.reshape(1), lambda c: np.broadcast_to(c, (2,))])
+def test_a_view_of_a_0d_view_sees_a_write_into_the_base(read):
+    def f(x):
+        F = x * 2.0
+        seen = read(F[:1].reshape(()))
+        F[0] = x[1] ** 2
+        return np.concatenate([seen * 3.0, F])
+    check(f)
