@@ -18,6 +18,7 @@ from . import _ufunc_rules as rules
 from ._errors import unsupported
 from ._deferred import Deferred, compute, in_c_order
 from ._indexing import broadcast_rows, row_index
+from . import _value
 from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacobian, cast_input,
                      cast_is_constant, check_real_axis, _device_keys,
                      _replay, written)
@@ -448,9 +449,9 @@ def _scatter_add(target, indices, increment):
     root takes the sum, as numpy's)."""
     increment = coerce(increment)  # (a list holding forward values)
     root, steps, positions = target._target()
-    if getattr(target, "_parts", None):
-        raise unsupported("numpy.add.at", "a target that is the real or imaginary part "
-                          "of complex values; add into the complex value instead")
+    # (into ``z.imag``: numpy adds to the imaginary parts, so the root's rows
+    # take ``1j`` times the increment's; into ``z.real`` the increment's)
+    unit = 1j if _value.imaginary_part in (getattr(target, "_parts", None) or ()) else None
     indices = plain(indices)
     if type(indices) is list and _backend.of(root._array) is not _backend.CPU:
         indices = np.asarray(indices)  # (CuPy's add.at takes arrays, not lists)
@@ -478,6 +479,8 @@ def _scatter_add(target, indices, increment):
         return
     if kind == "f" and increment.dtype.kind == "c" and not J_inc.seed.pattern_only:
         J_inc = real_part(J_inc)  # (numpy adds the real part)
+    if unit is not None:
+        J_inc = jac.scale(J_inc, unit)
     scatter = jac.CSR((root.size, len(source)), *_scatter_pattern(rows.ravel(), root.size))
     root._jac = jac.add([root._jacobian, jac.left_multiply(scatter, J_inc)])
 

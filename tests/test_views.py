@@ -316,10 +316,17 @@ def test_writes_through_parts_of_complex_values():
     check(_write_parts)
 
 
-def test_add_at_into_a_part_refuses():
-    z = forward.seed(X0) * (1.0 + 2.0j)
-    with pytest.raises(UnsupportedOperationError, match="numpy.add.at.*imaginary part"):
-        np.add.at(z.imag, [0], 1.0)
+def _add_at_parts(u):
+    z = u * (1.0 + 0.5j)
+    np.add.at(z.imag, np.array([0, 2, 0]), np.sin(u[:3]))
+    np.add.at(z[1:].real, [0, 0], u[4] ** 2)
+    np.add.at(z.real, [-1], 3.0)
+    return np.concatenate([z.real, z.imag, z.imag[::-1] * u])
+
+
+def test_add_at_into_parts_of_complex_values():
+    # (numpy adds into the real or the imaginary parts of the elements)
+    check(_add_at_parts)
 
 
 def test_parts_off_the_axis_of_a_complex_seed_refuse():
