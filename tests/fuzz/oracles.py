@@ -119,6 +119,23 @@ def _pattern(matrix):
     return stored
 
 
+def _malformed(matrix):
+    """Why ``matrix``, a Jacobian handed out, is not a valid CSR matrix (scipy's
+    compiled routines, ``toarray`` among them, would read and write out of
+    bounds), or None; checked before any of them sees it."""
+    if not sp.issparse(matrix) or matrix.format != "csr":
+        return None
+    indptr, indices = matrix.indptr, matrix.indices
+    if (len(indptr) != matrix.shape[0] + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
+            or indptr[-1] != len(indices) or len(matrix.data) != len(indices)):
+        return "a malformed CSR matrix (indptr %s, %d indices, %d values)" % (
+            _short(indptr), len(indices), len(matrix.data))
+    if len(indices) and (indices.min() < 0 or indices.max() >= matrix.shape[1]):
+        return "a column index out of range: %d to %d of %d columns" % (
+            indices.min(), indices.max(), matrix.shape[1])
+    return None
+
+
 def _canonical(matrix):
     matrix = sp.csr_matrix(matrix, copy=True)
     matrix.has_sorted_indices = False
@@ -310,6 +327,10 @@ def _check_pattern(program, f, x, y, expected, outcome):
         why = _numpy_difference(program, s.value, expected)
     if why:
         outcome.fail("pattern_values", "seed_sparsity's value " + why)
+    why = _malformed(s.sparsity)
+    if why:
+        outcome.fail("structure", "seed_sparsity's pattern: " + why)
+        return
     stored = _pattern(y.dvalue)
     pattern = _pattern(s.sparsity)
     if pattern.shape != stored.shape:
@@ -391,6 +412,12 @@ def _engines_agree(f, eager, recorded, x, outcome, call=None, first="eager"):
         except Exception as exc:
             results[name] = exc
     e, r = results["eager"], results["recorded"]
+    for name in ("eager", "recorded"):
+        why = None if isinstance(results[name], Exception) else _malformed(results[name][1])
+        if why:
+            outcome.fail("structure", "%s: %s" % (name, why), call)
+            results[name] = ValueError(why)
+    e, r = results["eager"], results["recorded"]
     if isinstance(e, Exception) or isinstance(r, Exception):
         if type(e) is not type(r):
             outcome.fail("trace", "eager %s, recorded %s" % (
@@ -425,6 +452,10 @@ def _general(program, outcome):
     outcome.counts["value"] += 1
     if not isinstance(y, forward.value):
         outcome.counts["result without derivative"] += 1
+        return
+    why = _malformed(y.dvalue)
+    if why:
+        outcome.fail("structure", why)
         return
     checks = [("jacobian", lambda: _check_jacobian(program, f, x, y, outcome)),
               ("seed_sparsity", lambda: _check_pattern(program, f, x, y, expected, outcome)),
