@@ -58,6 +58,16 @@ class BuildExtensions(build_ext):
     (the manifest that sparsegrad._compiled checks), beside the modules it built:
     written only by a build, so that no other command can vouch for stale ones."""
 
+    def finalize_options(self):
+        super().finalize_options()
+        # the extensions compiled side by side (the modules' generated C is
+        # long), unless --parallel/-j says otherwise.  Set here rather than by
+        # setup(options=...): an editable install (pip install -e) builds with
+        # a build_ext that setuptools has reinitialized, which drops the
+        # options given to setup(), and so compiled one module at a time.
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+
     def run(self):
         super().run()
         package = "sparsegrad" if self.inplace else os.path.join(self.build_lib, "sparsegrad")
@@ -68,6 +78,4 @@ class BuildExtensions(build_ext):
             stream.write("\n")
 
 
-# (the extensions compiled side by side: the modules' generated C is long)
-setup(ext_modules=kernels + modules, cmdclass={"build_ext": BuildExtensions},
-      options={"build_ext": {"parallel": os.cpu_count() or 1}})
+setup(ext_modules=kernels + modules, cmdclass={"build_ext": BuildExtensions})
