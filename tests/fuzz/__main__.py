@@ -21,6 +21,9 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, help="stop after this long")
     parser.add_argument("--count", type=int, help="stop after this many programs")
     parser.add_argument("--start", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument("--step", type=int, default=1,
+                        help="check every STEP-th seed (default 1; the test suite's "
+                        "shards under pytest -n N run with --step N)")
     parser.add_argument("--family", choices=FAMILIES, help="only programs of this family")
     parser.add_argument("--all", action="store_true",
                         help="draw the known-open constructs too (KNOWN_OPEN: %s)"
@@ -51,7 +54,8 @@ def main(argv=None):
     if args.seconds is None and args.count is None:
         args.seconds = 60.0
     summary = run(args.seconds, args.count, args.start, exclude, args.family,
-                  not args.no_shrink, None if args.quiet else print, args.seed_log)
+                  not args.no_shrink, None if args.quiet else print, args.seed_log,
+                  args.step)
     print(summary.text())
     return 0 if not summary.failures else 1
 

@@ -55,6 +55,7 @@ class Summary:
         self.classes = collections.Counter()
         self.seconds = 0.0
         self.seeds = None
+        self.step = 1
         self.interrupted = False
 
     def add(self, program, outcome):
@@ -69,9 +70,10 @@ class Summary:
     def text(self):
         total = sum(n for k, n in self.programs.items() if k in ("general", "recorded",
                                                                   "unsupported"))
-        lines = ["%d programs in %.1f s (%.1f per second), seeds %d-%d, kernels: %s%s" % (
+        lines = ["%d programs in %.1f s (%.1f per second), seeds %d-%d%s, kernels: %s%s" % (
             total, self.seconds, total / max(self.seconds, 1e-9), self.seeds[0],
-            self.seeds[1], sparsegrad.KERNELS, " (interrupted)" if self.interrupted else "")]
+            self.seeds[1], " every %d" % self.step if self.step > 1 else "",
+            sparsegrad.KERNELS, " (interrupted)" if self.interrupted else "")]
         lines.append("programs: " + ", ".join("%s %d" % kv for kv in sorted(
             self.programs.items())))
         lines.append("features: " + ", ".join("%s %d" % kv for kv in sorted(
@@ -149,7 +151,7 @@ def shrink(program, kind, budget=60.0):
 
 
 def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shrinking=True,
-        out=print, seed_log=None):
+        out=print, seed_log=None, step=1):
     """Check consecutive seeds from ``start`` for ``seconds`` or ``count`` programs.
 
     Parameters
@@ -169,6 +171,9 @@ def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shri
     seed_log : str, optional
         A file holding the seed being checked, written before each check: the
         seed that crashed the process (a fault in compiled code) is there.
+    step : int
+        Check every ``step``-th seed from ``start`` (``step`` runs side by side,
+        started at ``start``, ``start + 1``, ..., share consecutive seeds).
 
     Returns
     -------
@@ -176,12 +181,14 @@ def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shri
     """
     if seconds is None and count is None:
         raise ValueError("give seconds or count")
+    if step < 1:
+        raise ValueError("step must be at least 1")
     summary = Summary()
     began = time.monotonic()
     seed = start
     shrunk = collections.Counter()
     try:
-        while (count is None or seed - start < count) and (
+        while (count is None or (seed - start) // step < count) and (
                 seconds is None or time.monotonic() - began < seconds):
             if seed_log is not None:
                 with open(seed_log, "w") as log:
@@ -203,10 +210,11 @@ def run(seconds=None, count=None, start=0, exclude=KNOWN_OPEN, family=None, shri
                 summary.failures.append(failure)
                 if out is not None:
                     out(failure.report() + "\n")
-            seed += 1
+            seed += step
     except KeyboardInterrupt:
         # (an interrupted run still says what it found)
         summary.interrupted = True
     summary.seconds = time.monotonic() - began
-    summary.seeds = (start, seed - 1)
+    summary.seeds = (start, seed - step)
+    summary.step = step
     return summary

@@ -3,6 +3,13 @@
 ``SPARSEGRAD_FUZZ_SECONDS`` sets the time (default 60 s; 0 skips the run),
 ``SPARSEGRAD_FUZZ_START`` the first seed (default 0, the same programs at
 every run).  Constructs of :data:`programs.KNOWN_OPEN` are left out.
+
+Under pytest-xdist (``pytest -n N``) the fuzzer runs for the time once per
+worker: N times the time in all, cut into parts of about 10 s that check
+every PARTS-th seed, which the workers share out as they fall free.  (One
+fuzzer in one worker shares the machine with the tests in the others and
+checks fewer programs than a run in one process; parts of a whole minute
+leave a worker idle at the end.)
 """
 import os
 
@@ -13,11 +20,16 @@ from . import programs, runner
 
 SECONDS = float(os.environ.get("SPARSEGRAD_FUZZ_SECONDS", "60"))
 START = int(os.environ.get("SPARSEGRAD_FUZZ_START", "0"))
+# (set by pytest-xdist in its workers, the same in each: they collect alike)
+WORKERS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+PARTS = 1 if WORKERS == 1 else WORKERS * max(1, round(SECONDS / 10))
 
 
 @pytest.mark.skipif(SECONDS <= 0, reason="SPARSEGRAD_FUZZ_SECONDS=0")
-def test_random_programs_agree_with_every_oracle():
-    summary = runner.run(seconds=SECONDS, start=START, out=None)
+@pytest.mark.parametrize("part", range(PARTS), ids=lambda k: "part %d of %d" % (k + 1, PARTS))
+def test_random_programs_agree_with_every_oracle(part):
+    summary = runner.run(seconds=SECONDS * WORKERS / PARTS, start=START + part, step=PARTS,
+                         out=None)
     assert not summary.failures, "%s\n\n%s" % (summary.text(), summary.failure_report())
 
 
