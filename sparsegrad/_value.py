@@ -739,13 +739,10 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
         # (a scalar-like 0-d value: numpy's scalars have no views, a reshape of
         # one is a new array)
         return make(array, jacobian)
-    pair = (step, step if rows_step is False else rows_step)
     if type(parent) in _VIEWS:
-        root = parent._root
-        steps = parent._steps + (pair,)
-        parts = parent._parts if part is None else parent._parts + (part,)
+        root, steps, parts = parent._root, parent._steps, parent._parts
     else:
-        root, steps, parts = parent, (pair,), () if part is None else (part,)
+        root, steps, parts = parent, (), ()
     # (the view's array is numpy's view of the root's memory: the root never
     # writes into it again, and until it is written its views own nothing)
     root._owns = False
@@ -755,8 +752,8 @@ def view_of(parent, array, jacobian, step, rows_step=False, part=None):
     view._jac = jacobian
     view._owns = False
     view._root = root
-    view._steps = steps
-    view._parts = parts
+    view._steps = steps + ((step, step if rows_step is False else rows_step),)
+    view._parts = parts if part is None else parts + (part,)
     view._rows = None
     views = root._views
     if views is None:
