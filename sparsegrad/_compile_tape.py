@@ -888,29 +888,29 @@ def _gathered(E, tape, entry):
 def _inline(E, tape, node, entry):
     """``E.values[node]``: the value of ``node`` as an expression of its
     operands' values, for reads (a leaf at other rows) and cheap elementwise
-    operations within the budget."""
+    operations within the budget; never a scalar expression (an array of a
+    0-d value's has vector partials in the eager way, multiplied out in their
+    order; a 0-d node's value is its parameter, see :func:`_propagate`)."""
     kind = entry[0]
+    e = None
     if kind == "slice":
         _, source, start, stop, step, m = entry
-        E.values[node] = E.compose(E.value(source), (-1, start, step, 0), m)
+        e = E.compose(E.value(source), (-1, start, step, 0), m)
     elif kind in ("gather", "roll"):
         _, index = _gathered(E, tape, entry)
-        E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0),
-                                   tape.lengths[node])
+        e = E.compose(E.value(entry[1]), (index, 0, 1, 0), tape.lengths[node])
     elif kind in ("reshape", "copy"):
-        E.values[node] = E.value(entry[1])
+        e = E.value(entry[1])
     elif kind in ("basic", "move"):
         index = (_basic_rows if kind == "basic" else _moved_rows)(E, tape, entry)
-        E.values[node] = E.compose(E.value(entry[1]), (index, 0, 1, 0), tape.lengths[node])
+        e = E.compose(E.value(entry[1]), (index, 0, 1, 0), tape.lengths[node])
     elif kind == "ufunc" and entry[1] in _CHEAP:
         shape = tape.shapes[node]
         e = _CHEAP[entry[1]](E, *(_operand(E, tape, s, shape) for s in entry[2]))
-        if E.size(e) <= _INLINE_BUDGET and not E.scalar(e):
-            E.values[node] = e
-    if node not in tape.scalars and node in E.values and E.scalar(E.values[node]):
-        # (an array of a 0-d value's: the eager way's partials of it are
-        # vectors, multiplied out in their order, not scalars)
-        del E.values[node]
+        if E.size(e) > _INLINE_BUDGET:
+            e = None
+    if e is not None and not E.scalar(e):
+        E.values[node] = e
 
 
 def _differentiated(E, A, tape, node, entry, J):
