@@ -11,6 +11,7 @@ from . import _compiled
 _compiled.install()
 
 from . import forward  # noqa: E402
+from . import _composite  # noqa: E402,F401  (its functions join the table)
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
 from ._api import jacobian, value_and_jacobian, jvp, sparsity

@@ -529,8 +529,12 @@ _PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
 
 @implements(np.pad)
 def _pad(array, pad_width, mode="constant", **kwargs):
+    from ._composite import PAD_MODES, pad_composed  # (it imports this module)
+    if isinstance(mode, str) and mode in PAD_MODES:  # (padding computed from the values)
+        return pad_composed(array, pad_width, mode, kwargs)
     if mode not in _PAD_MODES:
-        raise unsupported("numpy.pad", "mode=%r (supported: %s)" % (mode, ", ".join(_PAD_MODES)))
+        raise unsupported("numpy.pad", "mode=%r (supported: %s)"
+                          % (mode, ", ".join(_PAD_MODES + PAD_MODES)))
     if kwargs.get("reflect_type", "even") != "even":  # 2 a[edge] - a[i]: not a movement
         raise unsupported("numpy.pad", "reflect_type=%r (supported: 'even')"
                           % kwargs["reflect_type"])
