@@ -67,6 +67,15 @@ def apply(ufunc, method, inputs, kwargs):
             increment = -increment
         _scatter_add(target, indices, increment)
         return None
+    if method == "at" and ufunc in (np.multiply, np.maximum, np.minimum):
+        if not isinstance(inputs[0], value):
+            raise TypeError("%s.at: the target is a plain array but the operand is a "
+                            "forward value; create the target with np.zeros(shape, like=x)"
+                            % name)
+        if len(inputs) < 3:
+            raise unsupported(name + ".at", "an operand is required")
+        _scatter_combine(ufunc, *inputs[:3])
+        return None
     raise unsupported("%s.%s" % (name, method), "this ufunc method has no derivative rule")
 
 
@@ -483,6 +492,94 @@ def _scatter_add(target, indices, increment):
         J_inc = jac.scale(J_inc, unit)
     scatter = jac.CSR((root.size, len(source)), *_scatter_pattern(rows.ravel(), root.size))
     root._jac = jac.add([root._jacobian, jac.left_multiply(scatter, J_inc)])
+
+
+def _scatter_combine(ufunc, target, indices, operand):
+    """``np.multiply.at``, ``np.maximum.at`` or ``np.minimum.at`` on a forward
+    target: numpy's value, and the Jacobian of the elements combined in
+    numpy's order (the indexed positions in C order), repeated indices exact.
+
+    ``multiply``: ``d(t_p prod_k b_k) = prod_k b_k dt_p + t_p sum_k
+    (prod_{l != k} b_l) db_k``, the products taken without division.
+    ``maximum``/``minimum``: the row of the element numpy keeps (a tie or a
+    NaN goes to the earlier one, the target first, as ``np.maximum(t, b)``),
+    the union pattern of all candidates kept as structural zeros.
+    """
+    name = rules.rule_name(ufunc) + ".at"
+    operand = coerce(operand)
+    tv, bv = nvalue(target), nvalue(operand)
+    if np.iscomplexobj(bv) and not np.iscomplexobj(tv):
+        raise unsupported(name, "complex operands into a real target")
+    if ufunc is not np.multiply and np.iscomplexobj(tv):
+        raise unsupported(name, "complex values (ordered lexicographically by numpy)")
+    indices = plain(indices)
+    if _backend.of(tv) is not _backend.CPU:
+        raise unsupported(name, "a target on a device")
+    new = tv.copy()
+    ufunc.at(new, indices, bv)  # (numpy's value, and its errors, before any write)
+    positions = np.arange(tv.size).reshape(tv.shape)[indices]
+    pos = positions.ravel()
+    b = np.ravel(np.broadcast_to(operand, positions.shape))
+    b_values = np.ravel(np.broadcast_to(bv, positions.shape))
+    flat = np.ravel(target)
+    if ufunc is np.multiply:
+        others, totals = _grouped_products(pos, b_values, tv.size)
+        combined = flat * totals
+        if isinstance(operand, value):
+            spread = np.zeros(tv.size, dtype=new.dtype, like=flat)
+            np.add.at(spread, pos, (tv.ravel()[pos] * others) * b)
+            combined = combined + spread
+        J = combined._jacobian
+    else:
+        def hit(candidates, kept):
+            return (candidates == kept) | (np.isnan(candidates) & np.isnan(kept))
+        kept = new.ravel()
+        target_wins = hit(tv.ravel(), kept)
+        occurrences = np.flatnonzero(hit(b_values, kept[pos]) & ~target_wins[pos])
+        _, first = np.unique(pos[occurrences], return_index=True)
+        winners = occurrences[first]
+        source = np.arange(tv.size)
+        source[pos[winners]] = tv.size + winners
+        chosen = np.concatenate([flat, b])[source]
+        union = flat * 1
+        if isinstance(operand, value):
+            np.add.at(union, pos, b)
+        J = jac.add([chosen._jacobian, jac.structural_zeros(union._jacobian)])
+    target[...] = make(new, J)
+
+
+def _grouped_products(keys, values, n_keys):
+    """For every element of ``values``, the product of the other elements with
+    the same key, and for every key in ``range(n_keys)`` the product of all
+    (1 for none); no division, ``log2`` of the largest group steps."""
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    n = len(k)
+    index = np.arange(n)
+    starts = np.r_[True, k[1:] != k[:-1]] if n else np.zeros(0, dtype=bool)
+    first = np.maximum.accumulate(np.where(starts, index, 0)) if n else index
+    ends = np.r_[k[1:] != k[:-1], True] if n else starts
+    last = np.minimum.accumulate(np.where(ends, index, n - 1)[::-1])[::-1] if n else index
+
+    def scan(items, reach, direction):
+        """Inclusive products within the groups, by doubling steps."""
+        step = 1
+        while step < n:
+            other = index - direction * step
+            inside = (other >= reach) if direction > 0 else (other <= reach)
+            items = items * np.where(inside, items[np.clip(other, 0, n - 1)], 1)
+            step *= 2
+        return items
+
+    before, after = scan(v, first, 1), scan(v, last, -1)
+    ones = np.ones_like(v)
+    exclusive = (np.where(index > first, before[np.maximum(index - 1, 0)], ones)
+                 * np.where(index < last, after[np.minimum(index + 1, n - 1)], ones))
+    others = np.empty_like(exclusive)
+    others[order] = exclusive
+    totals = np.ones(n_keys, dtype=np.result_type(values, 1.0))
+    totals[k[ends]] = before[ends]
+    return others, totals
 
 
 def _scatter_pattern(rows, n_rows):
