@@ -22,7 +22,7 @@ from . import _backend
 from . import _jacobian
 from . import _trace
 from . import forward
-from ._value import value as _forward_value, make as _make
+from ._value import value as _forward_value, make as _make, coerce, held_types
 
 __all__ = ["jacobian", "value_and_jacobian", "jvp", "sparsity"]
 
@@ -66,13 +66,19 @@ def _resolve_argnums(positions, n_args):
 
 def _output(result, name):
     """The value array and the factored Jacobian (None: independent of the seed) of ``result``."""
+    if type(result) in (list, tuple, np.ndarray):
+        # (``np.array([x[1] - x[0] ** 2, 1 - x[0]])``, a list of them: what the
+        # function means is their stack)
+        result = coerce(result)
     if isinstance(result, _forward_value):
         return result.value, result._jacobian
     array = _backend.asarray(result)
     if array.dtype == object:
+        held = (" holding %s" % held_types(result)) if type(result) is np.ndarray else ""
         raise TypeError("%s: the function must return one array (a forward value, an "
-                        "ndarray or a number), not %s; stack several outputs with "
-                        "np.concatenate or np.stack" % (name, type(result).__name__))
+                        "ndarray or a number, or a list or an object array of those), "
+                        "not %s%s; stack several outputs with np.concatenate or np.stack"
+                        % (name, type(result).__name__, held))
     if array.dtype.kind not in "biufc":
         # a string, date or record result has no derivative: a zero Jacobian for it
         # would be a Jacobian of something the function did not compute

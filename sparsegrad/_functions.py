@@ -76,6 +76,7 @@ PASS_THROUGH = [
     np.isreal, np.searchsorted, np.result_type, np.can_cast, np.any, np.all,
     np.shares_memory, np.may_share_memory, np.array_repr, np.array_str, np.sort_complex,
     np.digitize, np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.isin,
+    np.diag_indices_from, np.tril_indices_from, np.triu_indices_from,
 ]
 PASS_THROUGH.remove(np.sort_complex)  # sorting a forward value is not a value query
 

@@ -71,6 +71,9 @@ _NOT_RECORDED = frozenset((np.ldexp, np.float_power, np.power))
 _RECORDED = frozenset(DERIVATIVES) - _NOT_RECORDED - _MASKS
 #: programs kept for one structure, each for other choices by scalars
 _VARIANTS = 4
+#: functions of the shape of a value only
+_SHAPE_ONLY = frozenset((np.shape, np.ndim, np.size, np.diag_indices_from,
+                         np.tril_indices_from, np.triu_indices_from))
 #: integers exact as float64: scalars the recorder takes
 _EXACT_INTEGER = 2 ** 53
 #: lists of ints read by their numbers, as the eager way's (``f[[0, -1]]``)
@@ -537,6 +540,9 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable("np.%s other than of a value" % func.__name__)
         if func in _CREATION:
             return self._created(func, args, kwargs)
+        if func in _SHAPE_ONLY:
+            # (what the shapes decide, which the structure holds)
+            return func(*[a.value if type(a) is Traced else a for a in args], **kwargs)
         if func is np.copy and len(args) == 1 and not kwargs and type(args[0]) is Traced:
             return args[0].copy()
         if func is np.pad:
@@ -643,8 +649,15 @@ class Traced(NDArrayOperatorsMixin):
             raise AttributeError(name)
         raise Untraceable("the attribute %r" % name)
 
-    def __array__(self, *args, **kwargs):
-        raise Untraceable("a conversion to an ndarray")
+    def __array__(self, dtype=None, copy=None):
+        # (the eager way's answer: a 0-d object array holding the value, so
+        # that np.array([...]) of values is an object array of them, stacked
+        # as the function's result; a numeric conversion is refused)
+        if dtype is not None and np.dtype(dtype) != np.dtype(object):
+            raise Untraceable("a conversion to an ndarray")
+        holder = np.empty((), dtype=object)
+        holder[()] = self
+        return holder
 
     def __bool__(self):
         raise Untraceable("a branch on a value")
@@ -765,6 +778,30 @@ def _held(keys):
     return sum(p.nbytes for key in keys for p in _programs.get(key, ()))
 
 
+def _stacked(result):
+    """A list, tuple or object array of light values and numbers, stacked as
+    the eager way's ``coerce`` stacks them (anything else unchanged)."""
+    if type(result) is np.ndarray:
+        if result.dtype != object:
+            return result
+        items = result.ravel().tolist()
+    else:
+        items = list(result)
+    parts = [_stacked(item) if type(item) in (list, tuple) else item for item in items]
+    if not any(type(part) is Traced for part in parts):
+        return result
+    for k, part in enumerate(parts):
+        if type(part) in (float, int, np.float64):
+            parts[k] = np.asarray(part, dtype=np.float64)
+        elif type(part) is not Traced and not (type(part) is np.ndarray
+                                               and part.dtype == _FLOAT64):
+            raise Untraceable("a result holding a %s" % type(part).__name__)
+    stacked = np.stack(parts)
+    if type(result) is np.ndarray:
+        stacked = stacked.reshape(result.shape + stacked.shape[1:])
+    return stacked
+
+
 # ---------------------------------------------------------------- recorder
 
 #: hits (a program found and run), misses (a program compiled), fallbacks
@@ -858,6 +895,11 @@ class Recorder:
             # not, the error was the light values': see settled)
             self._error_seen = "%s: %s" % (type(exc).__name__, exc)
             return ""
+        if type(result) in (list, tuple, np.ndarray):
+            try:
+                result = _stacked(result)
+            except Untraceable as exc:
+                return str(exc)
         if type(result) is not Traced or result.tape is not tape:
             return "a result that is not a value of the argument"
         return tape, result

@@ -16,8 +16,11 @@ naming the numpy function, so a derivative is never silently dropped.
 array([[5.437, 2.718],
        [7.389, 7.389]])
 """
+import linecache
 import numbers
 import operator
+import re
+import sys
 import warnings
 import weakref
 
@@ -47,6 +50,31 @@ _STORE_HINT = ("cannot convert a forward value to a plain number or store it int
                "numpy array, which would drop its derivative; create the target with "
                "np.zeros(shape, like=x) where x is a forward value, e.g. "
                "F = np.zeros(n, like=x); F[0] = x[0] (or take the value explicitly with .value)")
+
+#: a write into an element or a slice of an array: ``u[1:-1] = ...``, ``u[0] += ...``
+_WRITE = re.compile(r"([A-Za-z_][\w.]*)\s*\[.*\]\s*(?:[-+*/%@&|^]|//|\*\*)?=(?!=)")
+
+
+def _store_error():
+    """:data:`_STORE_HINT` as a TypeError, naming the line outside sparsegrad
+    that converted; for a write ``u[...] = ...`` there, the fix of that line's
+    target (``u = np.zeros(..., like=x)``)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("sparsegrad."):
+        frame = frame.f_back
+    if frame is None:
+        return TypeError(_STORE_HINT)
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    where = "%s, line %d, in %s%s" % (frame.f_code.co_filename, frame.f_lineno,
+                                       frame.f_code.co_name, ": " + line if line else "")
+    write = _WRITE.match(line)
+    if write is None:
+        return TypeError("%s\n  %s" % (_STORE_HINT, where))
+    target = write.group(1)
+    return TypeError("%s is a plain numpy array, and storing a forward value into it would "
+                     "drop its derivative; create %s with like= a forward value, e.g. "
+                     "%s = np.zeros(n, like=x) instead of np.zeros(n) (or store .value "
+                     "explicitly)\n  %s" % (target, target, target, where))
 
 
 class value(NDArrayOperatorsMixin):
@@ -150,13 +178,13 @@ class value(NDArrayOperatorsMixin):
         # returns NotImplemented so that ``A @ x`` reaches ``__rmatmul__``, and any
         # numeric conversion reaches __float__ below, which refuses.
         if dtype is not None and np.dtype(dtype) != np.dtype(object):
-            raise TypeError(_STORE_HINT)
+            raise _store_error()
         holder = np.empty((), dtype=object)
         holder[()] = self
         return holder
 
     def __float__(self):
-        raise TypeError(_STORE_HINT)
+        raise _store_error()
 
     __complex__ = __int__ = __float__
 
@@ -905,11 +933,14 @@ def _known_copy(structure, key, length):
 
 
 def _forwards_in(obj):
-    """The forward values in ``obj``, lists and tuples searched."""
+    """The forward values in ``obj``, lists, tuples and object arrays searched."""
     if isinstance(obj, value):
         yield obj
     elif isinstance(obj, (list, tuple)):
         for item in obj:
+            yield from _forwards_in(item)
+    elif type(obj) is np.ndarray and obj.dtype == object:
+        for item in obj.flat:
             yield from _forwards_in(item)
 
 
@@ -918,15 +949,47 @@ def _holds_forward(obj):
 
 
 def coerce(obj):
-    """A list or tuple holding forward values, stacked into one forward value.
+    """A list, tuple or object array holding forward values, stacked into one
+    forward value.
 
-    numpy would turn it into an object array and drop the derivatives; anything
-    else is returned unchanged.
+    numpy would turn the first two into an object array and drop the
+    derivatives; anything else is returned unchanged.  An object array
+    (``np.array([x[1] - x[0] ** 2, 1 - x[0]])``) holds forward values and
+    numbers of one shape, stacked along its own axes; other objects in it
+    raise, see :func:`stack_objects`.
     """
     if isinstance(obj, value) or not _holds_forward(obj):
         return obj
-    return np.stack([coerce(o) if isinstance(o, (list, tuple, value)) else _backend.asarray(o)
-                     for o in obj])
+    if type(obj) is np.ndarray:
+        return stack_objects(obj)
+    return np.stack([coerce(o) if isinstance(o, (list, tuple, value, np.ndarray))
+                     else _backend.asarray(o) for o in obj])
+
+
+def stack_objects(array):
+    """The forward value an object array of forward values and numbers holds:
+    its elements (of one shape) stacked, of shape ``array.shape +`` theirs.
+
+    Raises
+    ------
+    TypeError
+        For an element that is neither a forward value nor a number (or a
+        numeric array), naming the types the array holds.
+    """
+    items = array.ravel().tolist()
+    for item in items:
+        if not (isinstance(item, (value, numbers.Number, np.generic))
+                or (type(item) is np.ndarray and item.dtype.kind in "biufc")):
+            raise TypeError("an object array of forward values holds %s; it may hold only "
+                            "forward values and numbers" % held_types(array))
+    stacked = np.stack([item if isinstance(item, value) else _backend.asarray(item)
+                        for item in items])
+    return stacked.reshape(array.shape + stacked.shape[1:])
+
+
+def held_types(array):
+    """The names of the types of an object array's elements, sorted: ``"float, str"``."""
+    return ", ".join(sorted({type(item).__name__ for item in array.ravel().tolist()}))
 
 
 def weak_result_type(values):
@@ -950,10 +1013,14 @@ def is_forward(x):
 
 
 def nvalue(x):
-    """The value of a forward value; ndarrays unchanged; anything else through ``np.asarray``."""
+    """The value of a forward value; ndarrays unchanged (but an object array of
+    forward values: the value of their stack, see :func:`coerce`); anything
+    else through ``np.asarray``."""
     if isinstance(x, value):
         return x.value
     if isinstance(x, np.ndarray):  # (subclasses kept, as numpy would see them)
+        if x.dtype == object and _holds_forward(x):
+            return stack_objects(x).value
         return x
     return _backend.asarray(x)
 

@@ -189,7 +189,9 @@ def test_bad_format_and_bad_outputs_are_loud():
     with pytest.raises(ValueError, match="format"):
         sparsegrad.jacobian(f_vec, format="csc")
     with pytest.raises(TypeError, match="one array"):
-        sparsegrad.jacobian(lambda x: [x[0], x[1]])(np.ones(2))
+        sparsegrad.jacobian(lambda x: {"r": x})(np.ones(2))
+    with pytest.raises(ValueError, match="same shape"):
+        sparsegrad.jacobian(lambda x: [x[0], x[1:]])(np.ones(3))
     with pytest.raises(TypeError, match="dtype"):
         sparsegrad.jacobian(lambda x: x)(np.array(["a"]))
 
