@@ -377,12 +377,12 @@ def _along(x, axis, index):
 def pad_composed(array, pad_width, mode, kwargs):
     """``numpy.pad`` in a mode of ``PAD_MODES``: numpy's steps, one axis after the
     other (the corners from the axes padded before)."""
-    result = np.pad(_plain(array), _plain(pad_width), mode=mode, **kwargs)
     x = coerce(array)
     ndim = x.ndim
-    widths = np.broadcast_to(np.asarray(_plain(pad_width), dtype=np.int64), (ndim, 2))
     lengths = _pairs(kwargs.get("stat_length"), ndim, "stat_length", np.int64)
     ends = _pairs(kwargs.get("end_values", 0), ndim, "end_values", np.float64)
+    result = np.pad(_plain(array), _plain(pad_width), mode=mode, **kwargs)
+    widths = np.broadcast_to(np.asarray(_plain(pad_width), dtype=np.int64), (ndim, 2))
     for axis in range(ndim):
         before, after = (int(w) for w in widths[axis])
         if before == after == 0:
