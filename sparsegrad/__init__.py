@@ -12,6 +12,7 @@ _compiled.install()
 
 from . import forward  # noqa: E402
 from . import _composite  # noqa: E402,F401  (its functions join the table)
+from . import _statistics  # noqa: E402,F401  (registers its numpy functions)
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
 from ._api import jacobian, value_and_jacobian, jvp, sparsity

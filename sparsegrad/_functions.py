@@ -1180,21 +1180,32 @@ def _sum_jacobian(x, axis, keepdims):
 @implements(np.sum)
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue,
          where=np._NoValue):
-    _refuse("sum", out=out, where=where)
+    _refuse("sum", out=out)
     a = cast_input(a, dtype, "numpy.sum")
-    # (initial= passed only when given: CuPy's sum has no such keyword)
-    result = np.sum(nvalue(a), axis=axis, dtype=dtype, keepdims=keepdims,
-                    **({} if initial is np._NoValue else {"initial": initial}))
+    # (initial= and where= passed only when given: CuPy's sum has neither keyword)
+    given = {k: v for k, v in (("initial", initial), ("where", where))
+             if v is not np._NoValue}
+    result = np.sum(nvalue(a), axis=axis, dtype=dtype, keepdims=keepdims, **given)
     if not isinstance(a, value):
         return result
+    if where is not np._NoValue:  # the elements left out: constant zeros
+        a = select(np.broadcast_to(nvalue(where), a.shape), a, 0)
     J, _ = _sum_jacobian(a, axis, keepdims)
     return make(_backend.asarray(result), J)
 
 
 @implements(np.mean)
 def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=np._NoValue):
-    _refuse("mean", out=out, where=where)
+    _refuse("mean", out=out)
     a = cast_input(a, dtype, "numpy.mean")
+    if where is not np._NoValue:
+        result = np.mean(a._value, axis=axis, dtype=dtype, keepdims=keepdims, where=where)
+        mask = np.broadcast_to(nvalue(where), a.shape)
+        count = np.sum(mask, axis=axis, keepdims=keepdims)
+        with np.errstate(divide="ignore", invalid="ignore"):  # (numpy warned already)
+            # (a slice without elements: a NaN row, as the mean of an empty axis)
+            return _finish(np.sum(a, axis=axis, keepdims=keepdims, where=mask)
+                           / count.astype(a.dtype), result)
     result = np.mean(a._value, axis=axis, dtype=dtype, keepdims=keepdims)
     J, axes = _sum_jacobian(a, axis, keepdims)
     count = math.prod(a.shape[i] for i in axes)
@@ -1333,18 +1344,43 @@ def _structural_linear(specs, out_spec, operands, mask):
 
 
 def _select_reduction(a, axis, keepdims, argfunction, function, name, initial, where):
-    _refuse(name, initial=initial, where=where)
-    result = function(a._value, axis=axis, keepdims=keepdims)
+    """``np.max`` or ``np.min``: the Jacobian row of the element ``argfunction``
+    picks, the union pattern kept.  An ``initial=`` that wins over every element
+    (not a tie) gives a zero row; elements left out by ``where=`` never win."""
+    # (initial= and where= passed only when given: CuPy's max has neither keyword)
+    given = {k: v for k, v in (("initial", initial), ("where", where))
+             if v is not np._NoValue}
+    if isinstance(initial, value):
+        raise unsupported("numpy." + name, "initial= a forward value")
+    result = function(a._value, axis=axis, keepdims=keepdims, **given)
+    values = a._value
+    if given:
+        # the candidates numpy compares: initial in place of the elements where=
+        # leaves out (initial itself is compared with the chosen one below)
+        fill = initial if initial is not np._NoValue else values
+        values = np.where(nvalue(where) if where is not np._NoValue else True, values, fill)
     axes = _axes(axis, a.ndim, "axis")
-    moved_values = np.moveaxis(a._value, axes, range(-len(axes), 0))
+    moved_values = np.moveaxis(values, axes, range(-len(axes), 0))
     kept = moved_values.shape[:a.ndim - len(axes)]
     # (the line length spelt out: -1 cannot be inferred when a kept axis is empty)
     line = (math.prod(moved_values.shape[a.ndim - len(axes):]),)
     lines = moved_values.reshape(kept + line)
     rows = np.moveaxis(row_index(a.shape), axes, range(-len(axes), 0)).reshape(kept + line)
+    union, _ = _sum_jacobian(a, axis, keepdims)
+    if not line[0]:  # (an empty line with initial=: its constant)
+        return make(_backend.asarray(result), jac.structural_zeros(union))
     chosen = _backend.to_host(argfunction(lines, axis=-1)[..., None])  # (rows: host)
     selected = jac.take_rows(a._jacobian, np.take_along_axis(rows, chosen, -1).ravel())
-    union, _ = _sum_jacobian(a, axis, keepdims)
+    if given:
+        wins = np.ones(chosen.shape, dtype=bool)
+        if where is not np._NoValue:  # (an element left out is only chosen as initial)
+            mask = _backend.to_host(np.broadcast_to(nvalue(where), a.shape))
+            mask = np.moveaxis(mask, axes, range(-len(axes), 0)).reshape(lines.shape)
+            wins &= np.take_along_axis(mask, chosen, -1)
+        if initial is not np._NoValue:  # (a tie goes to the element)
+            beats = np.greater if argfunction is np.argmax else np.less
+            wins &= ~beats(initial, np.take_along_axis(_backend.to_host(lines), chosen, -1))
+        selected = jac.mask_rows(selected, wins.ravel())
     return make(_backend.asarray(result), jac.add([selected, jac.structural_zeros(union)]))
 
 

@@ -238,6 +238,79 @@ class value(NDArrayOperatorsMixin):
     def min(self, axis=None, keepdims=False):
         return np.min(self, axis=axis, keepdims=keepdims)
 
+    # (the ndarray methods below go through the numpy functions of the same name)
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+        return np.var(self, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
+                      **kwargs)
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+        return np.std(self, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
+                      **kwargs)
+
+    def clip(self, min=None, max=None, out=None, **kwargs):
+        return np.clip(self, min, max, out=out, **kwargs)
+
+    def round(self, decimals=0, out=None):
+        return np.round(self, decimals, out=out)
+
+    def any(self, axis=None, out=None, keepdims=False, **kwargs):
+        return np.any(self, axis=axis, out=out, keepdims=keepdims, **kwargs)
+
+    def all(self, axis=None, out=None, keepdims=False, **kwargs):
+        return np.all(self, axis=axis, out=out, keepdims=keepdims, **kwargs)
+
+    def item(self, *args):
+        """The element of the value as a plain Python number, as ``ndarray.item``:
+        a number has no derivative (index the value, ``x[i]``, to keep it)."""
+        return self._array.item(*args)
+
+    def tolist(self):
+        """The elements as nested lists of 0-d forward values (``x[i]`` of each),
+        so that ``np.array(x.tolist())`` holds forward values; a 0-d value itself."""
+        if not self.ndim:
+            return self
+        return [self[i].tolist() for i in range(len(self))]
+
+    def sort(self, axis=-1, kind=None, order=None):
+        """Sort in place, as ``ndarray.sort``: the value's array and its Jacobian
+        rows reordered, written through a view into the array it views."""
+        self[...] = np.sort(self, axis=axis, kind=kind, order=order)
+
+    class _Flat:
+        """``x.flat``: reads and writes of the elements of ``x`` in C order."""
+
+        __slots__ = ("base",)
+
+        def __init__(self, base):
+            self.base = base
+
+        def __len__(self):
+            return self.base.size
+
+        def __iter__(self):
+            return iter(np.ravel(self.base))
+
+        def _elements(self, key):
+            positions = np.arange(self.base.size)[_plain_key(key)]
+            return np.unravel_index(positions, self.base.shape)
+
+        def __getitem__(self, key):
+            # (a copy, as numpy's: never a view that writes back)
+            return self.base[self._elements(key)].copy()
+
+        def __setitem__(self, key, new):
+            # numpy repeats a short sequence of new elements; broadcasting here
+            # refuses that instead of writing something else
+            self.base[self._elements(key)] = new
+
+    @property
+    def flat(self):
+        return value._Flat(self)
+
+    @flat.setter
+    def flat(self, new):
+        value._Flat(self)[...] = new
+
     def dot(self, other):
         return np.dot(self, other)
 
