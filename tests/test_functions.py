@@ -813,9 +813,6 @@ def test_gradient_of_float32_along_axes_is_numpys_result():
 UNSUPPORTED = {
     "cov": lambda x: np.cov(x),
     "corrcoef": lambda x: np.corrcoef(x),
-    "convolve": lambda x: np.convolve(x, [1.0, 2.0]),
-    "cross": lambda x: np.cross(x[:3], [1.0, 2.0, 3.0]),
-    "det": lambda x: np.linalg.det(x.reshape(2, 2)),
     "fft": lambda x: np.fft.fft(x),
     "unique": lambda x: np.unique(x),
     "histogram": lambda x: np.histogram(x),
@@ -834,19 +831,19 @@ def test_unsupported_function_raises_type_error_naming_it(name):
 
 @pytest.mark.parametrize("options", [{"mode": "reflect", "reflect_type": "odd"},
                                      {"mode": "symmetric", "reflect_type": "odd"},
-                                     {"mode": "linear_ramp"}, {"mode": "mean"}])
+                                     {"mode": "empty"}])
 def test_pad_modes_that_compute_values_are_refused(options):
-    # odd reflection is 2 a[edge] - a[i], the statistics modes combine values:
-    # neither moves data, and row numbers must never go through them
+    # odd reflection is 2 a[edge] - a[i]: it does not move data, and row numbers
+    # must never go through it; "empty" leaves the padding undefined
     x = forward.seed(_x((4,), "pad"))
     with pytest.raises(sparsegrad.UnsupportedOperationError, match="numpy.pad"):
         np.pad(x, 2, **options)
 
 
-def test_linalg_solve_with_forward_matrix_raises():
-    x = forward.seed(_x((4,), "solve") + np.array([3.0, 0, 0, 3.0]))
+def test_linalg_solve_with_a_large_forward_matrix_raises():
+    x = forward.seed(_x((81,), "solve") + 9 * np.eye(9).ravel())
     with pytest.raises(TypeError) as info:
-        np.linalg.solve(x.reshape(2, 2), np.ones(2))
+        np.linalg.solve(x.reshape(9, 9), np.ones(9))
     assert "solve" in str(info.value)
 
 
