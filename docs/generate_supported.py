@@ -257,6 +257,15 @@ def generate():
         "Arguments these functions do not support (such as `out=` into a plain array)",
         "raise `UnsupportedOperationError` naming the function and the argument.",
         "",
+        "Where numpy's definition is not differentiable everywhere, the Jacobian is",
+        "the derivative it implies almost everywhere (`sparsegrad/_statistics.py`):",
+        "sorting and order statistics (`sort`, `median`, `percentile` and `quantile`",
+        "with `method=\"linear\"`) follow the stable order of the values, so at ties the",
+        "derivative is that of the element the stable sort puts there, and a slice with",
+        "a NaN has the row of its NaN; the nan-functions give NaN entries a zero",
+        "derivative, and a result they make NaN for a slice with no entries to use a",
+        "zero row; `round`/`around` have a zero derivative.",
+        "",
     ]
     out += _bullets(differentiable)
     out += [
