@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from sparsegrad import _functions, _ufunc_rules as rules, _ufuncs  # noqa: E402
+from sparsegrad import _composite, _functions, _ufunc_rules as rules, _ufuncs  # noqa: E402
 
 TARGET = ROOT / "docs" / "supported.md"
 
@@ -245,8 +245,9 @@ def generate():
         % _method_names(_ufuncs._REDUCTIONS),
         "- `accumulate`: %s (the same as `numpy.cumsum`, `numpy.cumprod`)"
         % _method_names(_ufuncs._ACCUMULATIONS),
-        "- `at`: `numpy.add`, `numpy.subtract`, into a forward target (create it with",
-        "  `np.zeros(n, like=x)`)",
+        "- `at`: `numpy.add`, `numpy.subtract`, `numpy.multiply`, `numpy.maximum`,",
+        "  `numpy.minimum`, into a forward target (create it with `np.zeros(n, like=x)`);",
+        "  repeated indices combine in numpy's order",
         "- any other method (`outer`, `reduceat`, ...) raises `UnsupportedOperationError`",
         "",
         "## numpy functions",
@@ -265,6 +266,18 @@ def generate():
         "a NaN has the row of its NaN; the nan-functions give NaN entries a zero",
         "derivative, and a result they make NaN for a slice with no entries to use a",
         "zero row; `round`/`around` have a zero derivative.",
+        "",
+    ]
+    out += [
+        "Functions composed of other forward operations (`sparsegrad/_composite.py`):",
+        "`interp` is differentiable in `x`, `fp`, `left` and `right` (a forward `xp` is",
+        "refused), at a breakpoint with the slope of the segment to its right;",
+        "`linalg.solve`, `linalg.inv` and `linalg.det` take stacks of dense matrices up",
+        "to %dx%d (larger systems: `sparsegrad.linalg.spsolve`); the `maximum` and"
+        % (_composite.MAX_DENSE_SIZE, _composite.MAX_DENSE_SIZE),
+        "`minimum` modes of `pad` and `maximum.at`/`minimum.at` give a tie to the",
+        "earlier element; the broadcasts of `broadcast_arrays` are read-only (numpy's",
+        "warn, then write one element several times).",
         "",
     ]
     out += _bullets(differentiable)
