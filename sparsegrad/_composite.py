@@ -78,8 +78,10 @@ def _rebuild(nested, leaves):
 @implements(np.block)
 def _block(arrays):
     """``numpy.block``: data movement of the blocks (nested lists; numpy refuses tuples)."""
-    if isinstance(arrays, tuple):
-        np.block(_plain(arrays))  # (numpy's TypeError for a tuple)
+    if isinstance(arrays, tuple):  # (numpy's error)
+        raise TypeError("arrays is a tuple. Only lists can be used to arrange blocks, "
+                        "and np.block does not allow implicit conversion from tuple to "
+                        "ndarray.")
     leaves = _leaves(arrays)
     return _move(lambda parts, rows: np.block(_rebuild(arrays, iter(parts))), leaves)
 
@@ -354,19 +356,9 @@ def _pairs(argument, ndim, name, dtype):
     return np.broadcast_to(np.asarray(argument, dtype=dtype), (ndim, 2)).tolist()
 
 
-def _median(x, axis):
-    """The median along ``axis`` (kept): the middle element, or the mean of the
-    two middle ones, chosen from the sorted values."""
-    order = np.argsort(nvalue(x), axis=axis, kind="stable")
-    n = x.shape[axis]
-    middle = np.take(order, [(n - 1) // 2, n // 2], axis=axis)
-    return np.mean(np.take_along_axis(x, middle, axis), axis=axis, keepdims=True)
-
-
 def _statistic(mode, chunk, axis):
-    if mode == "median":
-        return _median(chunk, axis)
-    function = {"mean": np.mean, "maximum": np.max, "minimum": np.min}[mode]
+    function = {"mean": np.mean, "maximum": np.max, "minimum": np.min,
+                "median": np.median}[mode]
     return function(chunk, axis=axis, keepdims=True)
 
 

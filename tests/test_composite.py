@@ -87,6 +87,12 @@ def test_block(case):
     check(case, _x(12, "block"), "complex")
 
 
+def test_block_refuses_a_tuple_as_numpy_does():
+    x = forward.seed(_x(4, "tuple"))
+    with pytest.raises(TypeError, match="tuple"):
+        np.block((x, x))
+
+
 def test_broadcast_arrays():
     x = _x(7, "broadcast")
     check(lambda v: sum(a * (k + 1) for k, a in
