@@ -72,12 +72,21 @@ def _without_nan(a, fill):
 
 
 # ---- sorting and order statistics ---------------------------------------------------
+def _line_pattern(gathered, a, axis):
+    """``gathered`` (elements of the forward ``a`` taken along ``axis``) with the
+    pattern of each whole line of ``a`` as structural zeros: which element an order
+    statistic takes depends on the values, its pattern must not (``sparsity``)."""
+    union = np.broadcast_to(np.sum(a, axis=axis, keepdims=True), gathered.shape)
+    return make(gathered._value, jac.add([gathered._jacobian,
+                                          jac.structural_zeros(union._jacobian)]))
+
+
 def _sorted(a, axis):
     """``np.sort(a, axis)``'s Jacobian: ``a`` gathered in the stable order of its value."""
     if axis is None:
         a, axis = np.ravel(a), 0
     order = np.argsort(nvalue(a), axis=axis, kind="stable")
-    return np.take_along_axis(a, order, axis=axis)
+    return _line_pattern(np.take_along_axis(a, order, axis=axis), a, axis)
 
 
 @implements(np.sort)
@@ -122,6 +131,7 @@ def _quantiles(name, a, q, axis, keepdims, result, skip_nan):
     high_values = np.take_along_axis(ordered, high, axis=-1)
     with np.errstate(invalid="ignore", over="ignore"):  # (only the Jacobian is kept)
         interpolated = low_values * (1.0 - gamma) + high_values * gamma
+    interpolated = _line_pattern(interpolated, lines, -1)
     if skip_nan:  # an all-NaN slice: numpy's constant NaN
         interpolated = np.where(count > 0, interpolated, 0.0)
     interpolated = np.reshape(np.moveaxis(interpolated, -1, 0), out_shape)
