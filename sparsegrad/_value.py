@@ -290,18 +290,18 @@ class value(NDArrayOperatorsMixin):
         def __iter__(self):
             return iter(np.ravel(self.base))
 
-        def _elements(self, key):
-            positions = np.arange(self.base.size)[_plain_key(key)]
-            return np.unravel_index(positions, self.base.shape)
-
         def __getitem__(self, key):
             # (a copy, as numpy's: never a view that writes back)
-            return self.base[self._elements(key)].copy()
+            return np.ravel(self.base)[key].copy()
 
         def __setitem__(self, key, new):
+            positions = np.arange(self.base.size)[_plain_key(key)]
+            # (the elements themselves: a raveled copy would not write back)
+            elements = (np.unravel_index(positions, self.base.shape) if self.base.ndim
+                        else ...)
             # numpy repeats a short sequence of new elements; broadcasting here
             # refuses that instead of writing something else
-            self.base[self._elements(key)] = new
+            self.base[elements] = new
 
     @property
     def flat(self):

@@ -342,6 +342,8 @@ def test_flat_reads_and_writes():
     assert not _dense(z).any()
     with pytest.raises(ValueError):  # (numpy would repeat the two new elements)
         z.flat[0:4] = np.array([1.0, 2.0])
+    zero_d = forward.seed(np.array(2.0)) * 3.0
+    assert zero_d.flat[0].value == 6.0 and zero_d.flat[[0]].shape == (1,)
 
 
 def test_forward_only_import_registers_them():
