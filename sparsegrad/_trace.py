@@ -52,6 +52,7 @@ from . import _structure
 from ._compile_tape import Untraceable, compile_tape, replay, same_index
 from ._memory import pooled
 from ._ufunc_rules import DERIVATIVES, SELECTIONS
+from ._value import array_namespace
 
 __all__ = ["Traced", "Untraceable", "Recorder", "RecorderInfo", "compile_tape"]
 
@@ -648,6 +649,10 @@ class Traced(NDArrayOperatorsMixin):
         if name.startswith("__"):
             raise AttributeError(name)
         raise Untraceable("the attribute %r" % name)
+
+    def __array_namespace__(self, *, api_version=None):
+        # (the eager way's namespace: its functions dispatch to this class)
+        return array_namespace(api_version)
 
     def __array__(self, dtype=None, copy=None):
         # (the eager way's answer: a 0-d object array holding the value, so

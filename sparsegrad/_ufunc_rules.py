@@ -233,11 +233,29 @@ def _trigamma(x, out):
     return sc.polygamma(1, x)
 
 
+class SpecialUfuncs:
+    """``scipy.special``'s ufuncs by name (AttributeError for its other names):
+    where SciPy's array API support wraps them in Python functions
+    (``SCIPY_ARRAY_API=1``), the ufuncs those wrap, which numpy dispatches to
+    forward values."""
+
+    def __init__(self, special):
+        self._special = special
+
+    def __getattr__(self, name):
+        public = getattr(self._special, name)
+        ufunc = public if isinstance(public, np.ufunc) else getattr(public, "__wrapped__", None)
+        if not isinstance(ufunc, np.ufunc):
+            raise AttributeError("scipy.special.%s is not a ufunc" % name)
+        return ufunc
+
+
 def _add_scipy_special():
     try:
-        import scipy.special as sc
+        import scipy.special
     except ImportError:  # scipy is a dependency, but the tables must not need it
         return
+    sc = SpecialUfuncs(scipy.special)
     two_over_sqrt_pi = 2 / _SQRT_PI
     inv_sqrt_2pi = 1 / np.sqrt(2 * np.pi)
     DERIVATIVES.update({

@@ -166,6 +166,12 @@ class value(NDArrayOperatorsMixin):
     T = property(lambda self: np.transpose(self))
     real = property(lambda self: np.real(self))
     imag = property(lambda self: np.imag(self))
+    mT = property(lambda self: np.matrix_transpose(self))
+    device = property(lambda self: self._array.device)
+
+    def __array_namespace__(self, *, api_version=None):
+        """The array API namespace of forward values, :mod:`sparsegrad.array_api`."""
+        return array_namespace(api_version)
 
     def __repr__(self):
         J = self._jacobian
@@ -1015,6 +1021,15 @@ def _forwards_in(obj):
     elif type(obj) is np.ndarray and obj.dtype == object:
         for item in obj.flat:
             yield from _forwards_in(item)
+
+
+def array_namespace(api_version=None):
+    """:mod:`sparsegrad.array_api`, for the standard's ``api_version`` (None: the latest)."""
+    from . import array_api   # (the namespace is built on this module)
+    if api_version not in (None, "2021.12", "2022.12", "2023.12", array_api.__array_api_version__):
+        raise ValueError("sparsegrad.array_api implements the array API standard %s, not "
+                         "%r" % (array_api.__array_api_version__, api_version))
+    return array_api
 
 
 def _holds_forward(obj):
