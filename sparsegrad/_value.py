@@ -59,7 +59,8 @@ def _store_error():
     """:data:`_STORE_HINT` as a TypeError, naming the line outside sparsegrad
     that converted; for a write ``u[...] = ...`` there, the fix of that line's
     target (``u = np.zeros(..., like=x)``)."""
-    frame = sys._getframe(1)
+    # (from the innermost Python frame: compiled, this module has none)
+    frame = sys._getframe(0)
     while frame is not None and frame.f_globals.get("__name__", "").startswith("sparsegrad."):
         frame = frame.f_back
     if frame is None:
