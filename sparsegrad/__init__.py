@@ -15,7 +15,7 @@ from . import _composite  # noqa: E402,F401  (its functions join the table)
 from . import _statistics  # noqa: E402,F401  (registers its numpy functions)
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
-from ._api import jacobian, value_and_jacobian, jvp, sparsity
+from ._api import jacobian, value_and_jacobian, jvp, sparsity, gradient, value_and_gradient
 from ._memory import (keep_freed_memory, memory_pool_info, memory_pool_limit,
                       release_memory_pool)
 from ._structure import structure_cache_info, structure_cache_limit, clear_structure_cache
@@ -29,6 +29,9 @@ from . import sparse, linalg
 from .sparsevec import sparsesum, sparsesum_bare
 
 version = __version__ = "0.1.0.dev0"
+
+# (gradient and value_and_gradient stay out of the star import: numpy's
+# np.gradient, star-imported beside it, would be shadowed)
 
 __all__ = ["forward", "UnsupportedOperationError", "DensificationError",
            "SeedMismatchError", "KERNELS", "version",

@@ -24,7 +24,7 @@ from . import _trace
 from . import forward
 from ._value import value as _forward_value, make as _make, coerce, held_types
 
-__all__ = ["jacobian", "value_and_jacobian", "jvp", "sparsity"]
+__all__ = ["jacobian", "value_and_jacobian", "jvp", "sparsity", "gradient", "value_and_gradient"]
 
 _FORMATS = ("matrix", "array", "dense")
 
@@ -326,6 +326,91 @@ def jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=True):
         jacobian_of_f.cache_info = value_and_jac.cache_info
         jacobian_of_f.cache_clear = value_and_jac.cache_clear
     return jacobian_of_f
+
+
+def value_and_gradient(f, argnums=0, *, trace=True):
+    """A function returning ``(f(x), gradient)`` of a scalar function ``f``.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x, *args, **kwargs)``, ordinary numpy code returning one number (a
+        0-d array or forward value, a Python float, or an array of one element).
+    argnums, trace
+        As for :func:`value_and_jacobian`.
+
+    Returns
+    -------
+    callable
+        ``value_and_gradient_of_f(*args, **kwargs) -> (value, gradient)``: the
+        value as ``f`` computed it, and the gradient, a dense ndarray of the
+        differentiated argument's shape (the Jacobian's one row); a tuple of
+        them for several ``argnums``.  It fits ``scipy.optimize.minimize(fun,
+        x0, jac=True)`` as ``fun``.
+
+    Raises
+    ------
+    ValueError
+        When ``f`` returns more than one number.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> value, gradient = value_and_gradient(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]))
+    >>> float(value), gradient
+    (9.0, array([ 3., 12.]))
+    """
+    return _value_and_gradient(f, argnums, trace, "sparsegrad.value_and_gradient")
+
+
+def _value_and_gradient(f, argnums, trace, name):
+    """:func:`value_and_gradient`, naming ``name`` in its error messages."""
+    positions, single = _normalize_argnums(argnums)
+    value_and_jac = _value_and_jacobian(f, argnums, "matrix", False, name, trace)
+
+    def value_and_gradient_of_f(*args, **kwargs):
+        value, matrices = value_and_jac(*args, **kwargs)
+        if np.size(value) != 1:
+            raise ValueError("%s: f must return one number, got an array of shape %s (for "
+                             "the derivative of several outputs, use sparsegrad.jacobian)"
+                             % (name, np.shape(value)))
+        if single:
+            matrices = (matrices,)
+        gradients = tuple(matrix.toarray().reshape(np.shape(args[i]))
+                          for matrix, i in zip(matrices,
+                                               _resolve_argnums(positions, len(args))))
+        return value, gradients[0] if single else gradients
+
+    _name(value_and_gradient_of_f, f, "value_and_gradient")
+    if hasattr(value_and_jac, "cache_info"):
+        value_and_gradient_of_f.cache_info = value_and_jac.cache_info
+        value_and_gradient_of_f.cache_clear = value_and_jac.cache_clear
+    return value_and_gradient_of_f
+
+
+def gradient(f, argnums=0, *, trace=True):
+    """A function returning the gradient of a scalar function ``f``.
+
+    Same parameters as :func:`value_and_gradient`; the returned function gives
+    only the gradient (a dense ndarray of the argument's shape).  It fits
+    ``scipy.optimize.minimize``'s ``jac=``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> gradient(lambda x: x[0] * np.sum(x ** 2))(np.array([1.0, 2.0]))
+    array([7., 4.])
+    """
+    value_and_grad = _value_and_gradient(f, argnums, trace, "sparsegrad.gradient")
+
+    def gradient_of_f(*args, **kwargs):
+        return value_and_grad(*args, **kwargs)[1]
+
+    _name(gradient_of_f, f, "gradient")
+    if hasattr(value_and_grad, "cache_info"):
+        gradient_of_f.cache_info = value_and_grad.cache_info
+        gradient_of_f.cache_clear = value_and_grad.cache_clear
+    return gradient_of_f
 
 
 def _name(wrapper, f, kind):
