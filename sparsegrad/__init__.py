@@ -27,6 +27,7 @@ from . import sparsevec
 from . import optimize
 from . import sparse, linalg
 from .sparsevec import sparsesum, sparsesum_bare
+from .testing import run_examples as test
 
 version = __version__ = "0.1.0.dev0"
 

@@ -15,6 +15,9 @@ code in the same way.
     with a dense reference.
 ``check_jacobian``
     all of the above in one call.
+``run_examples``
+    the examples of sparsegrad's own docstrings, run as a self-test
+    (``sparsegrad.test()``).
 
 >>> import numpy as np
 >>> from sparsegrad.testing import numerical_jacobian
@@ -26,7 +29,7 @@ import numpy as np
 import scipy.sparse
 
 __all__ = ["numerical_jacobian", "dense_jacobian", "assert_jacobian_equal",
-           "check_jacobian"]
+           "check_jacobian", "run_examples"]
 
 _COMPLEX_STEP = 1e-20
 
@@ -397,3 +400,40 @@ def check_jacobian(f, x, method="central", rtol=None, atol=None):
     assert_jacobian_equal(result, expected, rtol=rtol, atol=atol,
                           scalar_seed=(x.ndim == 0), complex_seed=np.iscomplexobj(x))
     return result
+
+
+#: modules without docstring examples of their own (the compiled kernels' twins
+#: are the reference kernels, whose examples run)
+_WITHOUT_EXAMPLES = ("sparsegrad._fast._kernels", "sparsegrad._fast._pool")
+
+
+def run_examples(verbose=False):
+    """Run the examples in the docstrings of sparsegrad's modules (a self-test
+    of the installed package, also ``sparsegrad.test()``).
+
+    Parameters
+    ----------
+    verbose : bool
+        Print every example as it runs (else only failures and a summary).
+
+    Returns
+    -------
+    bool
+        True when every example gave its documented result.
+    """
+    import doctest
+    import importlib
+    import pkgutil
+
+    import sparsegrad
+    failed = attempted = 0
+    for info in sorted(pkgutil.walk_packages(sparsegrad.__path__, "sparsegrad."),
+                       key=lambda info: info.name):
+        if info.name in _WITHOUT_EXAMPLES:
+            continue
+        result = doctest.testmod(importlib.import_module(info.name), verbose=verbose)
+        failed += result.failed
+        attempted += result.attempted
+    print("sparsegrad %s (%s kernels): %d examples, %d failed"
+          % (sparsegrad.version, sparsegrad.KERNELS, attempted, failed))
+    return failed == 0

@@ -916,3 +916,8 @@ def test_bug_two_d_seeds_give_correct_jacobians():
     check_jacobian(lambda x: dot(scipy.sparse.csr_matrix(MATRIX[:, :3]), x[1] * x[0]), x0)
     row = forward.seed(x0)[1]
     np.testing.assert_array_equal(dense(row.dvalue), np.eye(6)[3:])
+
+
+def test_sparsegrad_test_runs_the_self_test(capsys):
+    assert sparsegrad.test() is True
+    assert "examples, 0 failed" in capsys.readouterr().out
