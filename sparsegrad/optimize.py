@@ -32,7 +32,7 @@ __all__ = ["newton", "OptimizeResult", "direct_solvers"]
 
 #: ``result.status`` values and their meaning
 STATUS = {
-    1: "converged: residual norm below tol",
+    1: "converged: residual norm below tol (or rtol times the initial norm)",
     2: "converged: Newton step below xtol",
     0: "stopped by the callback",
     -1: "maximum number of iterations reached",
@@ -226,7 +226,7 @@ def _norm(v):
     return float(np.max(np.abs(v))) if v.size else 0.0
 
 
-def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
+def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
            linear_solver="direct", linear_options=None, line_search=True,
            min_damping=1e-4, divtol=1e8, verbose=False, callback=None,
            sensitivity=False, trace=True):
@@ -245,7 +245,10 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
         Extra arguments of ``F`` (anything but a tuple is one argument, as in
         ``scipy.optimize``).
     tol : float, optional
-        Converged when ``max|F(x)| <= tol``.
+        Converged when ``max|F(x)| <= tol`` (absolute tolerance).
+    rtol : float, optional
+        Also converged when ``max|F(x)| <= rtol * max|F(x0)|`` (relative
+        tolerance, as SciPy's ``f_rtol``; 0, the default, for ``tol`` alone).
     xtol : float, optional
         Also converged when the Newton step satisfies
         ``max|dx| <= xtol * (1 + max|x|)`` (the step is then taken in full):
@@ -371,10 +374,11 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     shape = x.shape
     if not np.all(np.isfinite(x)):
         raise ValueError("sparsegrad.optimize.newton: x0 is not finite")
-    if not (tol >= 0 and xtol >= 0 and 0 < min_damping <= 1 and maxiter >= 0
-            and divtol > 0):  # (nan fails too: a nan divtol never detects divergence)
-        raise ValueError("sparsegrad.optimize.newton: need tol >= 0, xtol >= 0, "
-                         "0 < min_damping <= 1, maxiter >= 0 and divtol > 0")
+    if not (tol >= 0 and 0 <= rtol < 1 and xtol >= 0 and 0 < min_damping <= 1
+            and maxiter >= 0 and divtol > 0):
+        # (nan fails too: a nan divtol never detects divergence)
+        raise ValueError("sparsegrad.optimize.newton: need tol >= 0, 0 <= rtol < 1, "
+                         "xtol >= 0, 0 < min_damping <= 1, maxiter >= 0 and divtol > 0")
     maxiter = operator.index(maxiter)  # (2.5 iterations: a TypeError, as numpy's own)
     linear_options = dict(linear_options or {})
     if callable(linear_solver):  # (the user's: for any device)
@@ -464,6 +468,7 @@ def newton(F, x0, args=(), *, tol=1e-10, xtol=1e-12, maxiter=50,
     nit = 0
     if not np.isfinite(norm):
         return finish(-3, "at x0")
+    tol = max(tol, rtol * norm)
     if norm <= tol:
         return finish(1)
     while True:

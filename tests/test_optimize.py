@@ -196,3 +196,17 @@ def test_rounding_floor_above_tol_stops_on_the_step():
     result = newton(bratu_1d, np.zeros(1000), tol=1e-12)
     assert result.success and result.status == 2, result.message
     assert np.max(np.abs(result.fun)) < 1e-8
+
+
+def test_relative_tolerance_stops_at_a_fraction_of_the_initial_residual():
+    def F(x):
+        return x ** 3 - 8.0 + 0.1 * np.roll(x, 1)
+    x0 = np.full(20, 10.0)
+    full = optimize.newton(F, x0)
+    relative = optimize.newton(F, x0, tol=0.0, rtol=1e-4)
+    assert full.success and relative.success and relative.status == 1
+    assert relative.nit < full.nit
+    assert relative.residual_norms[-1] <= 1e-4 * relative.residual_norms[0]
+    assert relative.residual_norms[-2] > 1e-4 * relative.residual_norms[0]
+    with pytest.raises(ValueError, match="rtol"):
+        optimize.newton(F, x0, rtol=1.5)
