@@ -1229,6 +1229,7 @@ def to_scipy(J, dtype):
         # canonical by construction: spare scipy's solvers an O(nnz) check of each flag
         matrix.has_sorted_indices = True
         matrix.has_canonical_format = True
+    _structure.follow_jacobian(data.nbytes + indices.nbytes + indptr.nbytes)
     return matrix
 
 

@@ -21,9 +21,14 @@ in the manner of CuPy's memory pool): every operation on forward values
 allocates through the pool, freed arrays go back to it, and the next
 evaluation reuses them without page faults.  Arrays of the user's own code
 keep numpy's allocator.  The pool keeps at most :func:`memory_pool_limit`
-bytes of freed memory (256 MiB by default; ``SPARSEGRAD_MEMORY_POOL_BYTES``
-in the environment sets another default, ``0`` turns the pool off);
-:func:`release_memory_pool` gives it all back to the C library.
+bytes of freed memory: by default 256 MiB or three times the bytes of the
+largest Jacobian made so far, whichever is more (an evaluation frees and
+takes again up to about 2.4 times its Jacobian's bytes, measured on
+Bratu 3000x3000; a fixed bound made the problems that outgrow it fault their
+pages in at every evaluation, 5 times slower there).  A limit set by
+:func:`memory_pool_limit` or ``SPARSEGRAD_MEMORY_POOL_BYTES`` in the
+environment is fixed (a cap; ``0`` turns the pool off);
+:func:`release_memory_pool` gives the memory held back to the C library.
 
 >>> import sparsegrad
 >>> sparsegrad.keep_freed_memory(64 * 2 ** 20) in (True, False)
@@ -37,13 +42,14 @@ import ctypes.util
 import functools
 import numbers
 import operator
+import os
 import sys
 
 from ._fast import pool as _pool
 from ._settings import environment_int
 
 __all__ = ["keep_freed_memory", "pooled", "memory_pool_info", "memory_pool_limit",
-           "release_memory_pool", "PoolInfo"]
+           "release_memory_pool", "PoolInfo", "follow_jacobian"]
 
 _DEFAULT_POOL_BYTES = 256 * 2 ** 20
 #: the largest limit the pool can hold (a C size_t)
@@ -85,6 +91,23 @@ _INITIAL_LIMIT = _initial_limit()
 if _pool is not None:
     _pool.set_limit(_INITIAL_LIMIT)
 
+#: bytes of freed memory the pool keeps per byte of the largest Jacobian made
+_POOL_PER_JACOBIAN = 3
+#: whether the limit follows the Jacobians made (not set explicitly), the
+#: limit it starts from, and the bytes of the largest Jacobian made
+_following = {"on": "SPARSEGRAD_MEMORY_POOL_BYTES" not in os.environ,
+              "base": _DEFAULT_POOL_BYTES, "largest": 0}
+
+
+def follow_jacobian(nbytes):
+    """Note a Jacobian of ``nbytes`` just made: while the pool's limit follows
+    the problem, it is at least :data:`_POOL_PER_JACOBIAN` times the largest."""
+    if _pool is None or not _following["on"] or nbytes <= _following["largest"]:
+        return
+    _following["largest"] = nbytes
+    _pool.set_limit(min(max(_following["base"], _POOL_PER_JACOBIAN * nbytes),
+                        _MAX_POOL_BYTES))
+
 
 def pooled(operation):
     """Decorate an entry point of sparsegrad: numpy allocates through the pool inside it.
@@ -124,9 +147,12 @@ def memory_pool_info():
 def memory_pool_limit(nbytes=None):
     """The most freed memory the pool keeps (bytes); with ``nbytes``, set it first.
 
-    Setting a lower limit than the memory held releases the pool.  ``0``
-    turns pooling off (freed arrays go straight back to the C library).
-    Without the compiled kernels there is no pool and the limit stays 0.
+    By default the limit follows the problem: 256 MiB or three times the bytes
+    of the largest Jacobian made, whichever is more.  ``nbytes`` fixes it (a
+    cap: a lower limit than the memory held releases the pool; ``0`` turns
+    pooling off, freed arrays going straight back to the C library);
+    ``"auto"`` makes it follow the problem again, from 256 MiB.  Without the
+    compiled kernels there is no pool and the limit stays 0.
 
     Examples
     --------
@@ -136,6 +162,11 @@ def memory_pool_limit(nbytes=None):
     >>> memory_pool_limit(previous) == previous or memory_pool_info().enabled is False
     True
     """
+    if isinstance(nbytes, str) and nbytes == "auto":
+        _following.update(on=True, largest=0)
+        nbytes = _following["base"]
+    elif nbytes is not None:
+        _following["on"] = False
     if nbytes is not None:
         nbytes = _whole_bytes(nbytes, "memory_pool_limit")
         if not 0 <= nbytes <= _MAX_POOL_BYTES:

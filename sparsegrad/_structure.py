@@ -22,8 +22,12 @@ array can be written in place): a changed branch, index array or shape misses
 and computes afresh.  docs/architecture.md lists every cache with its key.  The entries are immutable (read-only arrays, the
 immutable :class:`sparsegrad._jacobian.CSR`).
 
-Bounded and clearable.  The limit is :func:`structure_cache_limit` (128 MiB
-by default, ``SPARSEGRAD_STRUCTURE_CACHE_BYTES`` in the environment; ``0``
+Bounded and clearable.  The limit is :func:`structure_cache_limit`: by
+default 128 MiB or twice the bytes of the largest Jacobian made so far,
+whichever is more (the structure of an evaluation took up to 1.3 times its
+Jacobian's bytes, measured on Bratu 3000x3000; a problem that outgrows a
+fixed bound rebuilds its structure at every evaluation); fixed when set by
+it or by ``SPARSEGRAD_STRUCTURE_CACHE_BYTES`` in the environment (``0``
 keeps structure only within one evaluation).  The bytes of the arrays kept
 are counted as they are stored, a bound from above (an entry evicted or
 replaced stays counted, an array two entries share counts twice); when that
@@ -45,12 +49,15 @@ theirs apart from the host's, on the device, under the same limit.
 True
 """
 import collections
+import os
 import threading
 
 from ._memory import _whole_bytes  # (one rule for byte counts)
+from ._memory import follow_jacobian as follow_pool
 from ._settings import environment_int
 
 __all__ = ["Structure", "for_seed", "recall", "recall_or_note", "store", "looked_up",
+           "follow_jacobian",
            "structure_cache_info", "structure_cache_limit", "clear_structure_cache",
            "StructureInfo"]
 
@@ -66,6 +73,8 @@ sizes : the seed sizes that have a structure now
 """
 
 _DEFAULT_BYTES = 128 * 2 ** 20
+#: bytes of structure kept per byte of the largest Jacobian made
+_BYTES_PER_JACOBIAN = 2
 #: seed sizes that keep a structure at once in one thread (its least recently
 #: seeded is dropped)
 _MAX_SIZES = 8
@@ -257,7 +266,19 @@ _lock = threading.Lock()
 _structures = collections.OrderedDict()
 _state = {"limit": environment_int("SPARSEGRAD_STRUCTURE_CACHE_BYTES", _DEFAULT_BYTES, 0,
                                    "bytes"),
-          "hits": 0, "misses": 0, "clears": 0}
+          "hits": 0, "misses": 0, "clears": 0,
+          # (whether the limit follows the Jacobians made, and the largest's bytes)
+          "following": "SPARSEGRAD_STRUCTURE_CACHE_BYTES" not in os.environ, "largest": 0}
+
+
+def follow_jacobian(nbytes):
+    """Note a Jacobian of ``nbytes`` just made: while the limit follows the
+    problem, it is at least :data:`_BYTES_PER_JACOBIAN` times the largest (and
+    so is the memory pool's, :func:`sparsegrad._memory.follow_jacobian`)."""
+    follow_pool(nbytes)
+    if _state["following"] and nbytes > _state["largest"]:
+        _state["largest"] = nbytes
+        _state["limit"] = max(_DEFAULT_BYTES, _BYTES_PER_JACOBIAN * nbytes)
 
 
 def for_seed(size, device="cpu"):
@@ -329,8 +350,11 @@ def structure_cache_info():
 def structure_cache_limit(nbytes=None):
     """The most bytes of structure kept between evaluations; with ``nbytes``, set it first.
 
-    ``0`` keeps structure only within one evaluation (each later seed its
-    own).  A limit below the bytes held empties the cache.
+    By default the limit follows the problem: 128 MiB or twice the bytes of
+    the largest Jacobian made, whichever is more.  ``nbytes`` fixes it (a
+    cap: a limit below the bytes held empties the cache; ``0`` keeps
+    structure only within one evaluation, each later seed its own);
+    ``"auto"`` makes it follow the problem again, from 128 MiB.
 
     Examples
     --------
@@ -340,6 +364,11 @@ def structure_cache_limit(nbytes=None):
     >>> structure_cache_limit(previous) == previous
     True
     """
+    if isinstance(nbytes, str) and nbytes == "auto":
+        _state.update(following=True, largest=0)
+        nbytes = _DEFAULT_BYTES
+    elif nbytes is not None:
+        _state["following"] = False
     if nbytes is not None:
         nbytes = _whole_bytes(nbytes, "structure_cache_limit")
         if nbytes < 0:

@@ -988,6 +988,8 @@ class Recorder:
         # matrix it makes: copying them cost a tenth of a call)
         matrix = scipy.sparse.csr_matrix((data, program.indices, program.indptr),
                                          shape=program.shape, copy=False)
+        _structure.follow_jacobian(data.nbytes + program.indices.nbytes
+                                   + program.indptr.nbytes)
         value = result.value
         if np.may_share_memory(value, argument):
             value = value.copy()   # (a read of x is a view of it: the value is the caller's)

@@ -174,3 +174,25 @@ def test_threads_evaluating_jacobians_at_once_stay_exact():
     t.start()
     t.join()
     assert names == ["default_allocator"]
+
+
+def _jacobian_bytes(J):
+    return J.data.nbytes + J.indices.nbytes + J.indptr.nbytes
+
+
+@needs_pool
+def test_pool_limit_follows_the_largest_jacobian_unless_set(monkeypatch):
+    monkeypatch.setitem(_memory._following, "base", 2 ** 20)
+    try:
+        assert sparsegrad.memory_pool_limit("auto") == 2 ** 20
+        J = sparsegrad.jacobian(lambda x: x ** 2 + x[::-1])(np.ones(100000))
+        assert sparsegrad.memory_pool_limit() == 3 * _jacobian_bytes(J) > 2 ** 20
+        sparsegrad.jacobian(lambda x: x ** 2)(np.ones(1000))   # (a smaller one keeps it)
+        assert sparsegrad.memory_pool_limit() == 3 * _jacobian_bytes(J)
+        assert sparsegrad.memory_pool_limit(2 ** 20) == 2 ** 20     # a cap, fixed
+        sparsegrad.jacobian(lambda x: x ** 2 + x[::-1])(np.ones(200000))
+        assert sparsegrad.memory_pool_limit() == 2 ** 20
+    finally:
+        monkeypatch.undo()
+        sparsegrad.memory_pool_limit("auto")
+    assert sparsegrad.memory_pool_limit() == _memory._DEFAULT_POOL_BYTES

@@ -216,3 +216,19 @@ def test_changed_device_index_arrays_and_branches_are_followed(device):
             return y[::-1] if flip else y
         J = on_host(_jacobian(f, device.asarray(x0)))
         assert_array_equal(J.toarray(), _jacobian(f, x0).toarray())
+
+
+def test_structure_limit_follows_the_largest_jacobian_unless_set(monkeypatch):
+    monkeypatch.setattr(_structure, "_DEFAULT_BYTES", 2 ** 20)
+    try:
+        assert sparsegrad.structure_cache_limit("auto") == 2 ** 20
+        J = sparsegrad.jacobian(lambda x: x ** 2 + x[::-1], trace=False)(np.ones(100000))
+        nbytes = J.data.nbytes + J.indices.nbytes + J.indptr.nbytes
+        assert sparsegrad.structure_cache_limit() == 2 * nbytes > 2 ** 20
+        assert sparsegrad.structure_cache_limit(2 ** 20) == 2 ** 20      # a cap, fixed
+        sparsegrad.jacobian(lambda x: x ** 2 + x[::-1], trace=False)(np.ones(200000))
+        assert sparsegrad.structure_cache_limit() == 2 ** 20
+    finally:
+        monkeypatch.undo()
+        sparsegrad.structure_cache_limit("auto")
+    assert sparsegrad.structure_cache_limit() == _structure._DEFAULT_BYTES
