@@ -7,6 +7,7 @@ Run from the repository root::
     python -m asv_benchmarks.ratios --problems sw,pb --quick
     python -m asv_benchmarks.ratios --json docs/performance.json
     python -m asv_benchmarks.ratios --size sw=20,40 --quick   # other sizes
+    python -m asv_benchmarks.ratios --large                   # 10^6 -> 10^7 unknowns
     python -m asv_benchmarks.ratios --keep-freed-memory      # glibc keeps freed heap memory
     python -m asv_benchmarks.ratios --no-pool                # without sparsegrad's memory pool
     python -m asv_benchmarks.ratios --residual-in-pool       # residual fault-free too
@@ -75,7 +76,7 @@ from . import hand_coded as _hand_coded
 from . import problems as _problems
 
 __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "SCALING_TOLERANCE",
-           "SCALING_TARGETS", "PEERS",
+           "SCALING_TARGETS", "LARGE_SIZES", "PEERS",
            "PEER_NAMES", "measure", "measure_times", "memory_ratio", "scaling", "scaling_steps",
            "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "FIRST_CALL_TARGET",
            "RECORDED_FIXED_COST_TARGET", "ENGINE_TARGETS", "measure_first_call",
@@ -111,7 +112,11 @@ SCALING_TOLERANCE = 1.3
 #: grid for shallow water 200 -> 400); the other steps are printed for information,
 #: as small sizes are dominated by fixed per-operation costs
 SCALING_TARGETS = {("sw", 100, 200), ("sw", 200, 400), ("pb", 10 ** 5, 10 ** 6),
-                   ("bratu", 300, 1000)}
+                   ("bratu", 300, 1000),
+                   ("sw", 400, 1800), ("pb", 10 ** 6, 10 ** 7), ("bratu", 1000, 3000)}
+#: the sizes of ``--large``: from 10^6 to about 10^7 unknowns (minutes, and
+#: several GiB of memory)
+LARGE_SIZES = {"sw": (400, 1800), "pb": (10 ** 6, 10 ** 7), "bratu": (1000, 3000)}
 
 # ---------------------------------------------------------------- peers (their published table)
 
@@ -725,6 +730,11 @@ def main(argv=None):
                         % ",".join(_problems.PROBLEMS))
     parser.add_argument("--size", action="append", metavar="KEY=N[,N...]",
                         help="sizes for one problem instead of the default ones (repeatable)")
+    parser.add_argument("--large", action="store_true",
+                        help="the sizes from 10^6 to 10^7 unknowns instead of the default "
+                             "ones: %s (slow: minutes, several GiB)"
+                        % ", ".join("%s=%s" % (k, ",".join("%d" % n for n in v))
+                                    for k, v in LARGE_SIZES.items()))
     parser.add_argument("--quick", action="store_true",
                         help="3 repeats of at least 5 ms each (default: 7 of 20 ms)")
     parser.add_argument("--repeats", type=int, help="repeats per measurement")
@@ -759,6 +769,9 @@ def main(argv=None):
     for k in keys:
         _problems.get(k)
     sizes = _parse_sizes(args.size)
+    if args.large:
+        keys = [k for k in keys if k in LARGE_SIZES]
+        sizes = dict(LARGE_SIZES, **sizes)
     cases = [(k, n) for k in keys for n in sizes.get(k, _problems.get(k).sizes)]
     repeats = args.repeats or (3 if args.quick else 7)
     min_time = args.min_time if args.min_time is not None else (0.005 if args.quick else 0.02)
