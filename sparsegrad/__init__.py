@@ -28,11 +28,12 @@ from . import optimize
 from . import sparse, linalg
 from .sparsevec import sparsesum, sparsesum_bare
 from .testing import run_examples as test
+from ._spy import spy
 
 version = __version__ = "0.1.0.dev0"
 
-# (gradient and value_and_gradient stay out of the star import: numpy's
-# np.gradient, star-imported beside it, would be shadowed)
+# (gradient, value_and_gradient and spy stay out of the star import: numpy's
+# np.gradient and matplotlib's spy, star-imported beside it, would be shadowed)
 
 __all__ = ["forward", "UnsupportedOperationError", "DensificationError",
            "SeedMismatchError", "KERNELS", "version",
