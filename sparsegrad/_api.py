@@ -321,10 +321,7 @@ def jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=True):
     def jacobian_of_f(*args, **kwargs):
         return value_and_jac(*args, **kwargs)[1]
 
-    _name(jacobian_of_f, f, "jacobian")
-    if hasattr(value_and_jac, "cache_info"):
-        jacobian_of_f.cache_info = value_and_jac.cache_info
-        jacobian_of_f.cache_clear = value_and_jac.cache_clear
+    _name(jacobian_of_f, f, "jacobian", value_and_jac)
     return jacobian_of_f
 
 
@@ -381,10 +378,7 @@ def _value_and_gradient(f, argnums, trace, name):
                                                _resolve_argnums(positions, len(args))))
         return value, gradients[0] if single else gradients
 
-    _name(value_and_gradient_of_f, f, "value_and_gradient")
-    if hasattr(value_and_jac, "cache_info"):
-        value_and_gradient_of_f.cache_info = value_and_jac.cache_info
-        value_and_gradient_of_f.cache_clear = value_and_jac.cache_clear
+    _name(value_and_gradient_of_f, f, "value_and_gradient", value_and_jac)
     return value_and_gradient_of_f
 
 
@@ -406,14 +400,16 @@ def gradient(f, argnums=0, *, trace=True):
     def gradient_of_f(*args, **kwargs):
         return value_and_grad(*args, **kwargs)[1]
 
-    _name(gradient_of_f, f, "gradient")
-    if hasattr(value_and_grad, "cache_info"):
-        gradient_of_f.cache_info = value_and_grad.cache_info
-        gradient_of_f.cache_clear = value_and_grad.cache_clear
+    _name(gradient_of_f, f, "gradient", value_and_grad)
     return gradient_of_f
 
 
-def _name(wrapper, f, kind):
+def _name(wrapper, f, kind, inner=None):
+    """Name ``wrapper`` after ``f``; it shares the recorder's ``cache_info`` and
+    ``cache_clear`` of the ``inner`` function it calls, if that has them."""
+    if hasattr(inner, "cache_info"):
+        wrapper.cache_info = inner.cache_info
+        wrapper.cache_clear = inner.cache_clear
     wrapper.__name__ = "%s_of_%s" % (kind, getattr(f, "__name__", "f"))
     wrapper.__doc__ = "The %s of %r (made by sparsegrad.%s)." % (
         kind.replace("_", " "), f, kind)
