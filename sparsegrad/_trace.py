@@ -168,7 +168,18 @@ class Tape:
         return all(self.values[node] is not None for node in nodes)
 
     def structure(self, output):
-        return (tuple(self.entries), output)
+        return StructureKey((tuple(self.entries), output))
+
+
+class StructureKey(tuple):
+    """The structure of a tape with ``output`` as its result: a tuple hashed once
+    (a call looks it up in several dicts; a few microseconds a hash)."""
+
+    def __hash__(self):
+        known = self.__dict__.get("hash")
+        if known is None:
+            known = self.__dict__["hash"] = tuple.__hash__(self)
+        return known
 
 
 def _precise(x):
@@ -840,6 +851,7 @@ class Recorder:
         self._keep = None         # the nodes whose values the last program read
         self._indexes = ()        # the copies of the index arrays it read
         self._error_seen = None   # an error of the function on light values
+        self._last_key = None     # the structure of the last recorded call
 
     def info(self):
         with _programs_lock:
@@ -861,6 +873,7 @@ class Recorder:
             self._refused = self._reason = None
             self._keep = None
             self._indexes = ()
+            self._last_key = None
             self._error_seen = None
 
     @property
@@ -932,6 +945,9 @@ class Recorder:
         # on its guards on the scalars, both checked at every call; not on
         # the values, the scalars or the constants, read at every call)
         key = tape.structure(result.node)
+        if key == self._last_key:
+            # (the stored key itself: the dicts then compare by identity)
+            key = self._last_key
         variants = _programs_of(key)
         # (a program's guards on the scalars may not hold where another call's
         # scalars chose another sum: a variant for these is compiled, and kept
@@ -959,6 +975,7 @@ class Recorder:
             with self._lock:
                 self._hits += 1
         with self._lock:
+            self._last_key = key
             self._keys[key] = None
             self._keys.move_to_end(key)
             if len(self._keys) > MAX_STRUCTURES:

@@ -677,3 +677,24 @@ def test_newton_with_recorded_jacobians():
     assert eager.success and traced.success
     assert traced.nit == eager.nit and traced.njev == eager.njev
     np.testing.assert_allclose(traced.x, eager.x, rtol=1e-12, atol=1e-14)
+
+
+def test_structure_keys_hash_once_as_their_tuples():
+    from sparsegrad._trace import StructureKey
+    plain = ((("seed", (3,)), ("ufunc", np.exp, (("n", 0),))), 1)
+    key = StructureKey(plain)
+    assert key == plain and hash(key) == hash(plain) and hash(key) == hash(key)
+    assert {plain: 1}[key] == 1
+
+
+def test_alternating_structures_find_their_own_programs():
+    g = sparsegrad.value_and_jacobian(lambda x: x[1:] * np.exp(x[:-1]))
+    for x in (np.array([1.0, 2.0, 3.0]), np.array([-1.0, 2.0, 3.0, 0.5])) * 3:
+        value, J = g(x)
+        expected_value, expected = sparsegrad.value_and_jacobian(g.__wrapped__,
+                                                                 trace=False)(x)
+        np.testing.assert_array_equal(value, expected_value)
+        np.testing.assert_array_equal(J.toarray(), expected.toarray())
+    info = g.cache_info()
+    assert info.hits + info.misses == 6 and info.hits >= 4 and info.fallbacks == 0
+    assert info.programs == 2
