@@ -22,20 +22,12 @@ from . import _backend
 from ._errors import unsupported
 from ._functions import (implements, _move, _single, _finish, _forwards, _viewed,
                          select)
-from ._value import value, nvalue, coerce, make
+from ._value import value, nvalue, plain, coerce, make
 
 __all__ = ["MAX_DENSE_SIZE", "pad_composed", "PAD_MODES"]
 
 #: the largest matrix (``n x n``) taken by ``numpy.linalg.solve``, ``inv`` and ``det``
 MAX_DENSE_SIZE = 8
-
-
-def _is_forward(*operands):
-    return any(isinstance(o, value) for o in operands)
-
-
-def _plain(x):
-    return nvalue(x) if isinstance(x, value) else x
 
 
 # ---- data movement -------------------------------------------------------------------
@@ -51,8 +43,8 @@ def _insert(arr, obj, values, axis=None):
     A forward ``values`` must not be cast to an integer or real result dtype
     (that cast would have a derivative numpy's result does not carry).
     """
-    obj = _plain(obj)
-    result_dtype = np.asarray(_plain(arr)).dtype
+    obj = plain(obj)
+    result_dtype = np.asarray(plain(arr)).dtype
     if isinstance(values, value) and (result_dtype.kind not in "fc" or (
             result_dtype.kind == "f" and values.dtype.kind == "c")):
         raise unsupported("numpy.insert", "forward values cast to the %s array"
@@ -95,7 +87,7 @@ def _broadcast_arrays(*args, subok=False):
     ``ValueError``: numpy's broadcasts only warn, then write the same memory
     element several times, which has no Jacobian.
     """
-    shape = np.broadcast_shapes(*(np.shape(_plain(a)) for a in args))
+    shape = np.broadcast_shapes(*(np.shape(plain(a)) for a in args))
     arrays = [a if isinstance(a, value) else np.asarray(a) for a in args]
     return tuple(a if a.shape == shape else np.broadcast_to(a, shape) for a in arrays)
 
@@ -106,11 +98,11 @@ def _kron(a, b):
     """``numpy.kron``: an outer product of ``a`` and ``b`` reshaped; each result
     row depends on one element of each operand, so the pattern stays that of
     the forward operands (never densified by a dense constant)."""
-    result = np.kron(_plain(a), _plain(b))
+    result = np.kron(plain(a), plain(b))
     a, b = coerce(a), coerce(b)
-    nd = max(np.ndim(_plain(a)), np.ndim(_plain(b)))
-    sa = (1,) * (nd - np.ndim(_plain(a))) + np.shape(_plain(a))
-    sb = (1,) * (nd - np.ndim(_plain(b))) + np.shape(_plain(b))
+    nd = max(np.ndim(plain(a)), np.ndim(plain(b)))
+    sa = (1,) * (nd - np.ndim(plain(a))) + np.shape(plain(a))
+    sb = (1,) * (nd - np.ndim(plain(b))) + np.shape(plain(b))
     # interleaved axes: a's axis i at 2i, b's at 2i + 1
     product = (np.reshape(a, tuple(n for s in sa for n in (s, 1)))
                * np.reshape(b, tuple(n for s in sb for n in (1, s))))
@@ -124,7 +116,7 @@ def _last_axis(x, axis):
 @implements(np.cross)
 def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     """``numpy.cross`` of 2- and 3-vectors, composed of products of the components."""
-    result = np.cross(_plain(a), _plain(b), axisa, axisb, axisc, axis)
+    result = np.cross(plain(a), plain(b), axisa, axisb, axisc, axis)
     if axis is not None:
         axisa = axisb = axisc = axis
     a, b = _last_axis(a, axisa), _last_axis(b, axisb)
@@ -145,7 +137,7 @@ def _full_convolution(a, v):
     """``numpy.convolve(a, v, "full")`` of 1-d operands, ``len(v) <= len(a)``:
     ``sum_j a[k - j] v[j]``, the shifted copies of ``a`` gathered with one index
     array (``len(a) + len(v) - 1`` by ``len(v)``)."""
-    n, m = np.shape(_plain(a))[0], np.shape(_plain(v))[0]
+    n, m = np.shape(plain(a))[0], np.shape(plain(v))[0]
     padded = np.concatenate([np.zeros(m - 1), a, np.zeros(m - 1)])
     shifts = (np.arange(n + m - 1)[:, None] + (m - 1)) - np.arange(m)[None, :]
     return np.einsum("kj,j->k", padded[shifts], v)
@@ -155,13 +147,13 @@ def _convolved(name, a, v, mode, flipped):
     """``numpy.convolve`` (``flipped=False``) or ``numpy.correlate`` of 1-d
     operands, either of them forward, in ``mode`` ``full``, ``same`` or ``valid``."""
     function = getattr(np, name)
-    result = function(_plain(a), _plain(v), mode)
+    result = function(plain(a), plain(v), mode)
     a, v = coerce(a), coerce(v)
-    if np.ndim(_plain(a)) != 1 or np.ndim(_plain(v)) != 1:
+    if np.ndim(plain(a)) != 1 or np.ndim(plain(v)) != 1:
         raise ValueError("%s: the operands must be 1-d" % name)  # (numpy has raised)
-    n, m = len(_plain(a)), len(_plain(v))
+    n, m = len(plain(a)), len(plain(v))
     if flipped:  # correlate(a, v) = convolve(a, conj(v)[::-1])
-        v = (np.conj(v) if np.iscomplexobj(_plain(v)) else v)[::-1]
+        v = (np.conj(v) if np.iscomplexobj(plain(v)) else v)[::-1]
     full = _full_convolution(a, v) if m <= n else _full_convolution(v, a)
     small = min(n, m)
     if isinstance(mode, str):  # (numpy reads the first letter)
@@ -193,11 +185,11 @@ def _correlate(a, v, mode="valid"):
 def _select(condlist, choicelist, default=0):
     """``numpy.select``: ``numpy.where`` applied from the last condition to the
     first (the first true condition wins); the union pattern of the choices."""
-    result = np.select([_plain(c) for c in condlist], [_plain(c) for c in choicelist],
-                       _plain(default))
+    result = np.select([plain(c) for c in condlist], [plain(c) for c in choicelist],
+                       plain(default))
     selected = coerce(default)
     for condition, choice in zip(condlist[::-1], choicelist[::-1]):
-        selected = select(_plain(condition), choice, selected)
+        selected = select(plain(condition), choice, selected)
     if not isinstance(selected, value):
         return result
     return _finish(np.broadcast_to(selected, result.shape) if selected.shape != result.shape
@@ -211,11 +203,11 @@ def _piecewise(x, condlist, funclist, *args, **kw):
     x = coerce(x)
     xv = nvalue(x)
     n2 = len(funclist)
-    condlist = _plain(condlist)
+    condlist = plain(condlist)
     if np.isscalar(condlist) or (not isinstance(condlist[0], (list, np.ndarray))
                                  and xv.ndim != 0):
         condlist = [condlist]
-    condlist = np.asarray([_plain(c) for c in condlist], dtype=bool)
+    condlist = np.asarray([plain(c) for c in condlist], dtype=bool)
     n = len(condlist)
     if n == n2 - 1:  # the "otherwise" condition
         condlist = np.concatenate([condlist, ~np.any(condlist, axis=0, keepdims=True)])
@@ -238,15 +230,15 @@ def _piecewise(x, condlist, funclist, *args, **kw):
 def _sinc(x):
     """``numpy.sinc``, numpy's formula: ``sin(y) / y`` with ``y = pi x`` and ``x = 0``
     replaced by a constant (derivative 0 there, the limit)."""
-    result = np.sinc(_plain(x))
-    y = np.pi * np.where(_plain(x) == 0, 1.0e-20, x)
+    result = np.sinc(plain(x))
+    y = np.pi * np.where(plain(x) == 0, 1.0e-20, x)
     return _finish(np.sin(y) / y, result)
 
 
 @implements(np.i0)
 def _i0(x):
     """``numpy.i0``, derivative ``scipy.special.i1``."""
-    result = np.i0(_plain(x))
+    result = np.i0(plain(x))
     return _finish(scipy.special.i0(x), result)
 
 
@@ -261,7 +253,7 @@ def _interp(x, xp, fp, left=None, right=None, period=None):
     if isinstance(xp, value):
         raise unsupported("numpy.interp", "xp depending on the seed (the breakpoints "
                           "must be constants)")
-    result = np.interp(*(_plain(o) for o in (x, xp, fp, left, right)), period=period)
+    result = np.interp(*(plain(o) for o in (x, xp, fp, left, right)), period=period)
     x, fp = coerce(x), coerce(fp)
     fp = fp if isinstance(fp, value) else np.asarray(fp)
     xp = np.asarray(xp, dtype=np.float64)
@@ -277,7 +269,7 @@ def _interp(x, xp, fp, left=None, right=None, period=None):
         fp = np.concatenate([fp[-1:], fp, fp[:1]])
         x = np.remainder(x, period)
         left = right = None
-    xv = np.asarray(_plain(x), dtype=np.float64)
+    xv = np.asarray(plain(x), dtype=np.float64)
     if len(xp) == 1:
         inside = np.broadcast_to(fp[0], xv.shape)
     else:
@@ -293,7 +285,7 @@ def _interp(x, xp, fp, left=None, right=None, period=None):
 # ---- small dense matrices ------------------------------------------------------------
 def _square(a, name):
     """The plain value of the stack of square matrices ``a``, refused when large."""
-    av = np.asarray(_plain(a))
+    av = np.asarray(plain(a))
     if av.ndim < 2 or av.shape[-1] != av.shape[-2]:
         return av  # (numpy's call raises)
     if av.shape[-1] > MAX_DENSE_SIZE:
@@ -334,9 +326,9 @@ def _solve(a, b):
     A^-1 (db - dA x)``; ``b`` is a vector when 1-d, else a stack of matrices
     (numpy 2)."""
     av = _square(a, "numpy.linalg.solve")
-    result = np.linalg.solve(av, _plain(b))
+    result = np.linalg.solve(av, plain(b))
     inverse = np.linalg.inv(av)
-    if np.ndim(_plain(b)) == 1:
+    if np.ndim(plain(b)) == 1:
         residual = b - np.einsum("...ij,...j->...i", a, result)
         return _finish(np.einsum("...ij,...j->...i", inverse, residual), result)
     residual = b - np.einsum("...ij,...jk->...ik", a, result)
@@ -351,7 +343,7 @@ def _pairs(argument, ndim, name, dtype):
     """A ``pad_width``-style argument as ``ndim`` pairs (``None``: pairs of None)."""
     if argument is None:
         return [(None, None)] * ndim
-    if _is_forward(argument):
+    if isinstance(argument, value):
         raise unsupported("numpy.pad", "%s depending on the seed" % name)
     return np.broadcast_to(np.asarray(argument, dtype=dtype), (ndim, 2)).tolist()
 
@@ -373,8 +365,8 @@ def pad_composed(array, pad_width, mode, kwargs):
     ndim = x.ndim
     lengths = _pairs(kwargs.get("stat_length"), ndim, "stat_length", np.int64)
     ends = _pairs(kwargs.get("end_values", 0), ndim, "end_values", np.float64)
-    result = np.pad(_plain(array), _plain(pad_width), mode=mode, **kwargs)
-    widths = np.broadcast_to(np.asarray(_plain(pad_width), dtype=np.int64), (ndim, 2))
+    result = np.pad(plain(array), plain(pad_width), mode=mode, **kwargs)
+    widths = np.broadcast_to(np.asarray(plain(pad_width), dtype=np.int64), (ndim, 2))
     for axis in range(ndim):
         before, after = (int(w) for w in widths[axis])
         if before == after == 0:
