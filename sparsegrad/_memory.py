@@ -93,10 +93,9 @@ if _pool is not None:
 
 #: bytes of freed memory the pool keeps per byte of the largest Jacobian made
 _POOL_PER_JACOBIAN = 3
-#: whether the limit follows the Jacobians made (not set explicitly), the
-#: limit it starts from, and the bytes of the largest Jacobian made
-_following = {"on": "SPARSEGRAD_MEMORY_POOL_BYTES" not in os.environ,
-              "base": _DEFAULT_POOL_BYTES, "largest": 0}
+#: whether the limit follows the Jacobians made (not set explicitly), and the
+#: bytes of the largest Jacobian made
+_following = {"on": "SPARSEGRAD_MEMORY_POOL_BYTES" not in os.environ, "largest": 0}
 
 
 def follow_jacobian(nbytes):
@@ -105,7 +104,7 @@ def follow_jacobian(nbytes):
     if _pool is None or not _following["on"] or nbytes <= _following["largest"]:
         return
     _following["largest"] = nbytes
-    _pool.set_limit(min(max(_following["base"], _POOL_PER_JACOBIAN * nbytes),
+    _pool.set_limit(min(max(_DEFAULT_POOL_BYTES, _POOL_PER_JACOBIAN * nbytes),
                         _MAX_POOL_BYTES))
 
 
@@ -164,7 +163,7 @@ def memory_pool_limit(nbytes=None):
     """
     if isinstance(nbytes, str) and nbytes == "auto":
         _following.update(on=True, largest=0)
-        nbytes = _following["base"]
+        nbytes = _DEFAULT_POOL_BYTES
     elif nbytes is not None:
         _following["on"] = False
     if nbytes is not None:

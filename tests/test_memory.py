@@ -182,7 +182,7 @@ def _jacobian_bytes(J):
 
 @needs_pool
 def test_pool_limit_follows_the_largest_jacobian_unless_set(monkeypatch):
-    monkeypatch.setitem(_memory._following, "base", 2 ** 20)
+    monkeypatch.setattr(_memory, "_DEFAULT_POOL_BYTES", 2 ** 20)
     try:
         assert sparsegrad.memory_pool_limit("auto") == 2 ** 20
         J = sparsegrad.jacobian(lambda x: x ** 2 + x[::-1])(np.ones(100000))
