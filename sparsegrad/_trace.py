@@ -52,7 +52,7 @@ from . import _structure
 from ._compile_tape import Untraceable, compile_tape, replay, same_index
 from ._memory import pooled
 from ._ufunc_rules import DERIVATIVES, SELECTIONS
-from ._value import array_namespace
+from ._value import array_namespace, object_holder
 
 __all__ = ["Traced", "Untraceable", "Recorder", "RecorderInfo", "compile_tape"]
 
@@ -671,9 +671,7 @@ class Traced(NDArrayOperatorsMixin):
         # as the function's result; a numeric conversion is refused)
         if dtype is not None and np.dtype(dtype) != np.dtype(object):
             raise Untraceable("a conversion to an ndarray")
-        holder = np.empty((), dtype=object)
-        holder[()] = self
-        return holder
+        return object_holder(self)
 
     def __bool__(self):
         raise Untraceable("a branch on a value")

@@ -186,9 +186,7 @@ class value(NDArrayOperatorsMixin):
         # numeric conversion reaches __float__ below, which refuses.
         if dtype is not None and np.dtype(dtype) != np.dtype(object):
             raise _store_error()
-        holder = np.empty((), dtype=object)
-        holder[()] = self
-        return holder
+        return object_holder(self)
 
     def __float__(self):
         raise _store_error()
@@ -1022,6 +1020,15 @@ def _forwards_in(obj):
     elif type(obj) is np.ndarray and obj.dtype == object:
         for item in obj.flat:
             yield from _forwards_in(item)
+
+
+def object_holder(obj):
+    """A 0-d object array holding ``obj``: numpy's "not an array" answer to
+    ``__array__``, which makes ``np.array([...])`` of such objects an object
+    array of them."""
+    holder = np.empty((), dtype=object)
+    holder[()] = obj
+    return holder
 
 
 def array_namespace(api_version=None):

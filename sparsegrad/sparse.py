@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse
 
 from ._jacobian import _readonly
-from ._value import is_forward as _is_forward, nvalue
+from ._value import is_forward as _is_forward, nvalue, object_holder
 
 __all__ = ["SparseMatrix", "csr_matrix", "coo_matrix", "diags", "assemble", "issparse"]
 
@@ -258,9 +258,7 @@ class SparseMatrix:
             raise TypeError("converting a sparsegrad.sparse.SparseMatrix to a numpy "
                             "array would drop its derivative; use .toarray() (a forward "
                             "value) or .value (the plain scipy matrix)")
-        holder = np.empty((), dtype=object)
-        holder[()] = self
-        return holder
+        return object_holder(self)
 
     def __array_function__(self, func, types, args, kwargs):
         # numpy functions would see the object holder of __array__ and compute with
