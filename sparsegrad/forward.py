@@ -8,6 +8,8 @@ array([[0., 0., 0.],
        [0., 1., 0.],
        [0., 0., 2.]])
 """
+import sys
+
 import numpy as np
 
 from . import _backend
@@ -15,7 +17,12 @@ from . import _jacobian
 from ._value import value, nvalue, make
 from ._memory import pooled
 
-__all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]
+__all__ = ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue", "forward"]
+
+# 0.0.15's ``sparsegrad.forward`` was a package holding a submodule ``forward``, so
+# ``from sparsegrad.forward import *`` also bound ``forward`` and published code
+# goes on to call ``forward.seed(x)``
+forward = sys.modules[__name__]
 
 
 def _refuse_forward(x, what, name):

@@ -82,6 +82,68 @@ def test_forward_module_names(how):
     np.testing.assert_array_equal(module.nvalue(x), [1.0, 2.0])
 
 
+# The start of 0.0.15's shallow-water tutorial notebook: two star imports, then
+# ``forward.seed``, ``dot`` and ``stack`` by their bare names.
+SHALLOW_WATER_TUTORIAL = """
+from sparsegrad.base import *
+from sparsegrad.forward import *
+import numpy as np
+
+n = 6
+grid_spacing = 1.0 / n
+ndof = n * n
+idx = np.zeros((n, n), dtype=int)
+idx.ravel()[:] = np.arange(ndof)
+
+def deriv_op(axis, p=1, m=-1):
+    idx_p1 = np.roll(idx, -p, axis).flatten()
+    idx_m1 = np.roll(idx, -m, axis).flatten()
+    adx = forward.seed(np.zeros_like(idx.flatten()))
+    return ((adx[idx_p1] - adx[idx_m1]) / ((p - m) * grid_spacing)).dvalue
+
+d_dx_mat, d_dy_mat = deriv_op(0), deriv_op(1)
+d_dx = lambda x: dot(d_dx_mat, x)
+d_dy = lambda x: dot(d_dy_mat, x)
+g = 1
+
+def residuals(x, xt):
+    eta, u, v = x[:ndof], x[ndof:2 * ndof], x[2 * ndof:]
+    deta_dt = -d_dx(eta * u) - d_dy(eta * v)
+    du_dt = (deta_dt * u - d_dx(eta * u**2 + 1. / 2 * g * eta**2) - d_dy(eta * u * v)) / eta
+    dv_dt = (deta_dt * v - d_dx(eta * u * v) - d_dy(eta * v**2 + 1. / 2 * g * eta**2)) / eta
+    return xt - stack(deta_dt, du_dt, dv_dt)
+"""
+
+
+def test_forward_star_import_binds_forward():
+    # 0.0.15's sparsegrad.forward was a package with a submodule of the same name
+    namespace = star_import("sparsegrad.forward")
+    assert namespace["forward"] is forward
+    for name in ["seed", "seed_sparse_gradient", "seed_sparsity", "value", "nvalue"]:
+        assert namespace[name] is getattr(forward, name), name
+
+
+def test_shallow_water_tutorial_runs_unchanged():
+    namespace = {}
+    exec(SHALLOW_WATER_TUTORIAL, namespace)
+    residuals, ndof = namespace["residuals"], namespace["ndof"]
+    rng = np.random.default_rng(3)
+    xold = np.concatenate([1.0 + 0.1 * rng.random(ndof), 0.1 * rng.random(2 * ndof)])
+    x = xold + 0.01 * rng.random(3 * ndof)
+    dt = 0.005
+
+    def plain(x):
+        return residuals(x, (x - xold) / dt)
+
+    adx = forward.seed(x)
+    adf = residuals(adx, (adx - xold) / dt)
+    np.testing.assert_array_equal(adf.value, plain(x))
+    J = dense(adf.dvalue)
+    h = 1e-6
+    columns = [(plain(x + h * e) - plain(x - h * e)) / (2 * h) for e in np.eye(x.size)]
+    np.testing.assert_allclose(J, np.array(columns).T, rtol=1e-6, atol=1e-4)
+
+
 def test_functions_star_import():
     namespace = star_import("sparsegrad.functions")
     for name in FUNCTION_NAMES + ELEMENTWISE:
