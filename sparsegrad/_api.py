@@ -121,6 +121,59 @@ def _column_block(matrix, first, stop):
         shape=(matrix.shape[0], stop - first))
 
 
+_DENSE_REFUSAL = (
+    "numpy cannot make an array of this sparse Jacobian without densifying it, which "
+    "sparsegrad never does silently. A SciPy method that needs a dense Jacobian (root "
+    "or fsolve with method \"hybr\", root with \"lm\", leastsq, least_squares with "
+    "\"lm\", solve_ivp with \"LSODA\", the \"jac\" of an SLSQP constraint dict) takes "
+    "sparsegrad.jacobian(f, format=\"dense\") or value_and_jacobian(f, format=\"dense\"). "
+    "For one matrix J, J.toarray() densifies it; abs(J), J.sqrt() and J.multiply(y) "
+    "keep it sparse")
+
+
+def _refuse_dense(self, dtype=None, copy=None):
+    """``__array__`` of a returned sparse Jacobian.
+
+    Without it numpy makes a 0-d object array of a scipy sparse matrix, which
+    SciPy's dense methods reject with a message about shapes (MINPACK) or
+    sequences (LSODA).  ``dtype=object`` is numpy's own 0-d wrapping, which
+    ``scipy.sparse.bmat``, ``hstack`` and ``vstack`` ask for: it is given.
+    """
+    if dtype is not None and np.dtype(dtype) == object:
+        wrapped = np.empty((), dtype=object)
+        wrapped[()] = self
+        return wrapped
+    raise TypeError(_DENSE_REFUSAL)
+
+
+class csr_matrix(scipy.sparse.csr_matrix):
+    """A ``scipy.sparse.csr_matrix`` that ``np.asarray`` refuses (``TypeError``)."""
+
+    __array__ = _refuse_dense
+
+
+class csr_array(scipy.sparse.csr_array):
+    """A ``scipy.sparse.csr_array`` that ``np.asarray`` refuses (``TypeError``)."""
+
+    __array__ = _refuse_dense
+
+
+# (scipy's classes only: a device's matrices stay as CuPy makes them)
+_REFUSING = {scipy.sparse.csr_matrix: csr_matrix, scipy.sparse.csr_array: csr_array}
+
+
+def _refusing(matrix):
+    """``matrix`` itself, made an instance of its class in ``_REFUSING`` (other
+    objects, such as dense arrays, as they are)."""
+    refusing = _REFUSING.get(type(matrix))
+    if refusing is not None:
+        # scipy's constructor built and checked this very object, and the
+        # subclass adds no state; constructing it again would cost a tenth of
+        # a small Jacobian's evaluation
+        matrix.__class__ = refusing
+    return matrix
+
+
 def _convert(matrix, format):
     if format == "array":
         return scipy.sparse.csr_array(matrix)
@@ -152,9 +205,9 @@ def _evaluate(f, argnums, args, kwargs, pattern_only, name):
 
 def _split(matrix, sizes, single, hstack, format):
     if single or hstack:
-        return _convert(matrix, format)
+        return _refusing(_convert(matrix, format))
     offsets = np.cumsum([0] + sizes).tolist()
-    return tuple(_convert(_column_block(matrix, a, b), format)
+    return tuple(_refusing(_convert(_column_block(matrix, a, b), format))
                  for a, b in zip(offsets[:-1], offsets[1:]))
 
 
@@ -174,7 +227,10 @@ def value_and_jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=Tru
         ``"matrix"`` (default): ``scipy.sparse.csr_matrix``, like ``.dvalue``;
         ``"array"``: ``scipy.sparse.csr_array``; ``"dense"``: a 2-d ndarray,
         for solvers that need dense Jacobians (``scipy.optimize.root`` with
-        ``hybr`` or ``lm``).
+        ``hybr`` or ``lm``, ``least_squares`` with ``lm``, ``solve_ivp`` with
+        ``LSODA``).  The sparse matrices are of a subclass whose conversion
+        by ``np.asarray`` raises ``TypeError`` naming ``format="dense"``,
+        where numpy would make a 0-d object array.
     hstack : bool, optional
         With a tuple ``argnums``: return one matrix whose column blocks are
         the Jacobians with respect to each argument, instead of a tuple.
@@ -298,9 +354,15 @@ def jacobian(f, argnums=0, *, format="matrix", hstack=False, trace=True):
 
     Same parameters as :func:`value_and_jacobian`; the returned function
     gives only the Jacobian.  It fits SciPy's ``jac=`` arguments: pass
-    ``jacobian(fun)`` to ``scipy.optimize.least_squares``, and
-    ``jacobian(fun, argnums=1)`` (the Jacobian with respect to ``y`` of
-    ``fun(t, y)``) to ``scipy.integrate.solve_ivp``.
+    ``jacobian(fun)`` to ``scipy.optimize.least_squares`` (``trf``,
+    ``dogbox``), and ``jacobian(fun, argnums=1)`` (the Jacobian with
+    respect to ``y`` of ``fun(t, y)``) to ``scipy.integrate.solve_ivp``
+    (``BDF``, ``Radau``): they keep it sparse.  The methods that need an
+    array (``root`` with ``hybr`` or ``lm``, ``least_squares`` with ``lm``,
+    ``solve_ivp`` with ``LSODA``) take ``jacobian(fun, format="dense")``;
+    given the sparse matrix, they stop at its first evaluation (``TypeError``
+    naming that option; ``least_squares`` raises its own ``ValueError``).
+    ``docs/solving.md`` lists every method.
 
     Examples
     --------
