@@ -22,7 +22,7 @@ from . import _backend
 from . import _jacobian
 from . import _trace
 from . import forward
-from ._value import value as _forward_value, make as _make, coerce, held_types
+from ._value import value as _forward_value, make as _make, coerce, held_types, object_holder
 
 __all__ = ["jacobian", "value_and_jacobian", "jvp", "sparsity", "gradient", "value_and_gradient"]
 
@@ -140,9 +140,7 @@ def _refuse_dense(self, dtype=None, copy=None):
     ``scipy.sparse.bmat``, ``hstack`` and ``vstack`` ask for: it is given.
     """
     if dtype is not None and np.dtype(dtype) == object:
-        wrapped = np.empty((), dtype=object)
-        wrapped[()] = self
-        return wrapped
+        return object_holder(self)
     raise TypeError(_DENSE_REFUSAL)
 
 
