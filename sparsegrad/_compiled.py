@@ -19,20 +19,23 @@ modules
   build records a hash of each source in ``_compiled_sources.json``, with the
   augmenting ``.pxd`` that declares types for the compiled build of some of
   them): an edited module runs as edited until the next build, never a stale
-  compiled copy of it.
+  compiled copy of it;
+- for a module outside :data:`MODULES` that an older build compiled (its
+  compiled file is still beside its source).
 
 :func:`install` is called first thing by ``sparsegrad/__init__.py``, before
 any of these modules is imported: a finder at the front of ``sys.meta_path``
 then hands out the source of the modules that must not run compiled.
 
 >>> sorted(MODULES)[:3]
-['_backend', '_deferred', '_functions']
+['_backend', '_deferred', '_jacobian']
 >>> import sparsegrad
 >>> set(compiled_modules()) <= set(MODULES)
 True
 """
 import hashlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -41,8 +44,8 @@ import sys
 __all__ = ["MODULES", "MANIFEST", "install", "compiled_modules", "source_hash"]
 
 #: the modules the build compiles (names within the package)
-MODULES = ("_backend", "_deferred", "_functions", "_indexing", "_jacobian", "_memory",
-           "_structure", "_trace", "_ufunc_rules", "_ufuncs", "_value", "forward")
+MODULES = ("_backend", "_deferred", "_jacobian", "_memory", "_structure", "_trace",
+           "_ufuncs", "_value", "forward")
 
 #: the file, beside this one, with the hash of each module's source at the build
 MANIFEST = "_compiled_sources.json"
@@ -91,6 +94,19 @@ def _stale(directory):
     return stale
 
 
+def _no_longer_compiled(directory):
+    """Modules outside :data:`MODULES` with a compiled module beside their source:
+    left by a build from before they stopped being compiled, and older than it."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    found = set()
+    for filename in os.listdir(directory):
+        if filename.endswith(suffixes):
+            name = filename.split(".", 1)[0]
+            if name not in MODULES and os.path.exists(os.path.join(directory, name + ".py")):
+                found.add(name)
+    return found
+
+
 class _SourceFinder(importlib.abc.MetaPathFinder):
     """Finds the ``.py`` source of the package's modules named in ``names``."""
 
@@ -116,7 +132,8 @@ def install():
     import system (once); returns it."""
     global _finder
     if _finder is None:
-        _finder = _SourceFinder(MODULES if _source_wanted() else _stale(_HERE))
+        names = set(MODULES) if _source_wanted() else _stale(_HERE)
+        _finder = _SourceFinder(names | _no_longer_compiled(_HERE))
         if _finder.names:
             sys.meta_path.insert(0, _finder)
     return _finder

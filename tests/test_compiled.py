@@ -165,3 +165,14 @@ def test_a_warning_names_the_callers_line_from_source():
             % os.path.join(ROOT, "tests"))
     assert _run(code, SPARSEGRAD_SOURCE_MODULES="1") == "True 4"
     assert _run(code) == "True 4"
+
+
+def test_a_module_no_longer_compiled_runs_from_source(tmp_path):
+    import importlib.machinery
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    directory = _package(tmp_path, {"_functions": "\n", "_jacobian": "\n"}, None)
+    for name in ("_functions", "_jacobian", "_gone"):
+        with open(os.path.join(directory, name + suffix), "wb"):
+            pass
+    # _jacobian is compiled by the build; _gone has no source to run instead
+    assert _compiled._no_longer_compiled(directory) == {"_functions"}

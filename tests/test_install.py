@@ -79,3 +79,68 @@ def test_kernels_that_fail_to_load(tmp_path):
 def test_installed_without_kernels(tmp_path):
     message = unavailable_message(str(tmp_path), ImportError("no module"))
     assert "not installed in %s" % tmp_path in message
+
+
+# ---- the build's reuse of compiled modules ---------------------------------------
+SETUP = os.path.join(os.path.dirname(PACKAGE), "setup.py")
+
+
+@pytest.fixture
+def setup_module():
+    """setup.py's namespace, read without running the build."""
+    import runpy
+    return runpy.run_path(SETUP, run_name="sparsegrad_setup")
+
+
+def test_build_key_changes_with_each_input(setup_module, tmp_path, monkeypatch):
+    import types
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sparsegrad").mkdir()
+    (tmp_path / "sparsegrad" / "m.py").write_text("x = 1\n")
+    (tmp_path / "sparsegrad" / "m.pxd").write_text("cdef int y\n")
+    make = setup_module["_extension"]
+    key = setup_module["build_key"]
+
+    def extension(args=("-O1",), directives=None):
+        return make("sparsegrad.m", "sparsegrad/m.py", list(args), directives or {})
+
+    base = key(extension(), cflags="")
+    assert key(extension(), cflags="") == base
+    assert key(extension(), cflags="-g") != base                          # C flags
+    assert key(extension(["-O3"]), cflags="") != base                     # arguments
+    assert key(extension(directives={"binding": True}), cflags="") != base  # directives
+    (tmp_path / "sparsegrad" / "m.py").write_text("x = 2\n")
+    assert key(extension(), cflags="") != base                            # the source
+    (tmp_path / "sparsegrad" / "m.py").write_text("x = 1\n")
+    (tmp_path / "sparsegrad" / "m.pxd").write_text("cdef long y\n")
+    assert key(extension(), cflags="") != base                            # a .pxd
+    (tmp_path / "sparsegrad" / "m.pxd").write_text("cdef int y\n")
+    assert key(extension(), cflags="") == base
+    namespace = key.__globals__      # (run_path returns a copy of it)
+    for name in ("Cython", "numpy"):                                      # versions
+        real = namespace[name]
+        monkeypatch.setitem(namespace, name, types.SimpleNamespace(
+            __version__=real.__version__ + ".other"))
+        assert key(extension(), cflags="") != base, name
+        monkeypatch.setitem(namespace, name, real)
+    monkeypatch.setattr(namespace["sys"], "version", "other")             # Python
+    assert key(extension(), cflags="") != base
+
+
+def test_earlier_build_is_reused_only_when_unchanged(setup_module, tmp_path, monkeypatch):
+    from setuptools import Distribution
+    monkeypatch.chdir(tmp_path)
+    command = setup_module["BuildExtensions"](Distribution())
+    command.initialize_options()
+    command.finalize_options()
+    ext = setup_module["_extension"]("sparsegrad.m", "m.py", [], {})
+    filename = command.get_ext_filename("sparsegrad.m")
+    built = tmp_path / "build" / "lib.x" / filename
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"compiled")
+    record = {os.path.relpath(built, tmp_path): ["K", setup_module["_stat"](str(built))]}
+    (tmp_path / "build" / "sparsegrad-extensions.json").write_text(__import__("json").dumps(record))
+    assert command._earlier_build(ext, "K") == os.path.relpath(built, tmp_path)
+    assert command._earlier_build(ext, "other key") is None
+    built.write_bytes(b"compiled again, by a build that did not record it")
+    assert command._earlier_build(ext, "K") is None
