@@ -795,18 +795,38 @@ class _stale_array_view(_Stale, _array_view):
     __slots__ = ()
 
 
+def _index_zero_d(self, key):
+    """``a[()]`` and ``a[...]`` of a 0-d array-like forward value, as numpy's of a
+    0-d array: the value now (later writes into ``a`` do not change it), and ``a``
+    itself (it sees them)."""
+    if key is Ellipsis:
+        return self
+    if type(key) is tuple and not key:
+        return self.copy()
+    raise IndexError("too many indices for a 0-d forward value: only () and ... index "
+                     "it, not %r" % (key,))
+
+
+def _iterate_zero_d(self):
+    raise TypeError("iteration over a 0-d forward value")
+
+
 class zero_d_array(value):
     """A 0-d forward value made as an array (``np.zeros((), like=x)``): written in
-    place by its operators and viewed as numpy's 0-d arrays are, where other 0-d
-    values are scalar-like."""
+    place by its operators, viewed and indexed (``a[()]``, ``a[...]``) as numpy's
+    0-d arrays are, where other 0-d values are scalar-like."""
     __slots__ = ()
+    __getitem__ = _index_zero_d
+    __iter__ = _iterate_zero_d
 
 
 class _scalar_view(_View, value):
     """A 0-d view (``F[0, ...]``): an array, not a scalar: written through, never
-    rebound."""
+    rebound, indexed as :class:`zero_d_array` is."""
     __slots__ = ("_root", "_steps", "_parts", "_rows", "_seen_raw", "_seen_jac",
                  "__weakref__")
+    __getitem__ = _index_zero_d
+    __iter__ = _iterate_zero_d
 
 
 class _stale_scalar_view(_Stale, _scalar_view):

@@ -410,3 +410,20 @@ def test_complex_values_written_into_a_real_array_of_a_complex_seed():
     expected = np.zeros((6, 6))
     expected[np.arange(2, 6), np.arange(4)] = 3.0
     assert_array_equal(z.dvalue.toarray(), expected)
+
+
+def test_zero_d_arrays_index_as_numpys():
+    x = forward.seed(np.array([1.0, 2.0]))
+    for make in (lambda: np.zeros((), like=x), lambda: np.zeros(2, like=x)[0, ...]):
+        a = make()
+        a[...] = x[0] * x[1]
+        now, alias = a[()], a[...]
+        a[...] = 3.0 * x[1]
+        # () takes the value as it is (numpy: a scalar), ... the array itself
+        assert now.value == 2.0 and alias.value == 6.0
+        np.testing.assert_array_equal(now.dvalue.toarray(), [[2.0, 1.0]])
+        np.testing.assert_array_equal(alias.dvalue.toarray(), [[0.0, 3.0]])
+        with pytest.raises(IndexError, match="only \\(\\) and \\.\\.\\."):
+            a[0]
+        with pytest.raises(TypeError, match="iteration over a 0-d"):
+            list(a)
