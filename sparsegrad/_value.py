@@ -648,6 +648,33 @@ for _name in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow"
 del _name
 
 
+_IN_OBJECT_ARRAY = (
+    "numpy.%s reached a forward value held in an object array: the calling code "
+    "converted forward values with np.asarray or np.array, which keeps them as Python "
+    "objects and drops the derivative rules. SciPy's functions do so unless the "
+    "environment variable SCIPY_ARRAY_API=1 is set before SciPy is imported; with it "
+    "they take forward values (scipy.special.logsumexp, softmax, ...). Elsewhere, call "
+    "numpy's functions on the forward value itself")
+
+
+def _object_loop(name):
+    """The method numpy's object-dtype loop of ufunc ``name`` calls on each element:
+    for a forward value it raises, saying how it got into an object array."""
+    def method(self, *args, **kwargs):
+        raise UnsupportedOperationError(_IN_OBJECT_ARRAY % name)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+# (numpy's object loops of these ufuncs call the element's method of that name)
+for _name in ("arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh", "cbrt", "cos",
+              "cosh", "deg2rad", "degrees", "exp", "exp2", "expm1", "fabs", "log", "log10",
+              "log1p", "log2", "rad2deg", "radians", "rint", "sin", "sinh", "sqrt", "tan",
+              "tanh"):
+    setattr(value, _name, _object_loop(_name))
+del _name
+
+
 class _array_value(value):
     """A forward value with at least one dimension: indexable, iterable, has a length.
 

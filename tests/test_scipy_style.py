@@ -160,3 +160,16 @@ def test_a_write_into_a_plain_array_names_the_line_and_its_fix(trace):
     with pytest.raises(TypeError, match=r"like=x(.|\n)*"
                                         r"in _converts_to_float: return float\(x\[0\]\)"):
         sparsegrad.jacobian(_converts_to_float, trace=trace)(X)
+
+
+def test_forward_values_in_an_object_array_say_how_they_got_there():
+    import scipy.special
+    x = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(sparsegrad.UnsupportedOperationError,
+                       match="numpy.exp reached a forward value held in an object "
+                             "array.*SCIPY_ARRAY_API=1"):
+        sparsegrad.jacobian(scipy.special.logsumexp, trace=False)(x)
+    held = np.array([forward.seed(x)], dtype=object)
+    for ufunc in (np.sqrt, np.log1p, np.tanh):
+        with pytest.raises(sparsegrad.UnsupportedOperationError, match=ufunc.__name__):
+            ufunc(held)
