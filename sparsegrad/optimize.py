@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 import scipy.sparse
+import scipy.sparse.csgraph
 import scipy.sparse.linalg
 from scipy.optimize import OptimizeResult
 
@@ -86,46 +87,229 @@ def _solve_direct(kind, J, b):
     return scipy.sparse.linalg.splu(J.tocsc()).solve(b)
 
 
-def _solve_krylov(kind, J, b, options):
-    J = J.tocsc()
-    ilu_options = {key: options[key] for key in ("drop_tol", "fill_factor")
-                   if key in options}
-    if options.get("preconditioner", "ilu") == "ilu":
-        ilu = scipy.sparse.linalg.spilu(J, **ilu_options)
-        M = scipy.sparse.linalg.LinearOperator(J.shape, ilu.solve, dtype=J.dtype)
-    else:
-        M = None
-    method = {"gmres": scipy.sparse.linalg.gmres,
-              "bicgstab": scipy.sparse.linalg.bicgstab}[kind]
-    step, info = method(J, b, M=M, **_krylov_settings(kind, options))
-    if info != 0:
-        raise _LinearSolveError("%s did not converge (info=%d); raise "
-                                "linear_options['maxiter'] or improve the preconditioner"
-                                % (kind, info))
-    return step
+#: the keys of ``linear_options``; all of them are settings of the Krylov methods
+_KRYLOV_OPTIONS = ("rtol", "maxiter", "restart", "preconditioner", "reuse", "drop_tol",
+                   "fill_factor", "permc_spec")
+#: the keys that set the ILU preconditioner (``scipy.sparse.linalg.spilu``)
+_ILU_OPTIONS = ("drop_tol", "fill_factor", "permc_spec")
+#: SuperLU's column orderings, for ``linear_options["permc_spec"]``
+_ORDERINGS = ("COLAMD", "MMD_AT_PLUS_A", "MMD_ATA", "NATURAL")
+#: Krylov iterations a solve may take by default: enough for any preconditioner that
+#: works, and a bounded wait for one that does not
+_DEFAULT_KRYLOV_ITERATIONS = 1000
+#: the Eisenstat-Walker forcing term (their "choice 2"):
+#: eta = GAMMA (|F_k| / |F_k-1|)^ALPHA, ETA_0 at the first step, within [ETA_MIN, ETA_MAX]
+_EW_GAMMA, _EW_ALPHA, _EW_ETA_0, _EW_ETA_MAX, _EW_ETA_MIN = 0.9, 2.0, 0.1, 0.9, 1e-10
 
 
-def _krylov_settings(kind, options):
+def _amg_available():
+    try:
+        import pyamg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pattern(J):
+    """The stored entries of the CSR matrix ``J`` as ones (stored zeros included)."""
+    return scipy.sparse.csr_matrix((np.ones(J.nnz), J.indices, J.indptr), shape=J.shape)
+
+
+def _symmetric_pattern(J, threshold=0.9):
+    """Whether at least ``threshold`` of the stored entries of the CSR matrix ``J`` have
+    their mirror entry stored too."""
+    P = _pattern(J)
+    return P.multiply(P.T).nnz >= threshold * P.nnz
+
+
+def _ilu(J, options):
+    """``spilu`` of ``J`` with an ordering chosen for its pattern: (solve, description)."""
+    J = J.tocsr()
+    # SuperLU's fill_factor bounds the fill of every column, not the total: at its
+    # default of 10 the separators of a minimum-degree ordering hit it, and the extra
+    # dropping spoiled the factor (2-d Bratu 600 x 600: 66 GMRES iterations against
+    # 11 with 20, for the same number of entries)
+    settings = {"drop_tol": options.get("drop_tol", 1e-4),
+                "fill_factor": options.get("fill_factor", 20)}
+    ordering = options.get("permc_spec")
+    if ordering is None:
+        # COLAMD (SuperLU's default) orders the columns for A^T A; on a grid's
+        # Laplacian the incomplete factor it gives is a poor preconditioner (2-d
+        # Bratu: several times the Krylov iterations of minimum degree on A + A^T,
+        # the ordering for a (nearly) symmetric pattern)
+        ordering = "MMD_AT_PLUS_A" if _symmetric_pattern(J) else "COLAMD"
+    if ordering == "MMD_AT_PLUS_A":
+        settings["options"] = {"SymmetricMode": True}  # (diagonal pivots first)
+    # rows scaled to a largest entry of 1: drop_tol is relative to each column, and on
+    # rows of very different sizes (drift-diffusion: 1e-6 to 1e9) dropping left a
+    # zero pivot, "Factor is exactly singular", where the scaled rows factor well
+    largest = abs(J).max(axis=1).toarray().ravel()
+    scale = 1.0 / np.where(largest > 0, largest, 1.0)
+    ilu = scipy.sparse.linalg.spilu((scipy.sparse.diags(scale) @ J).tocsc(),
+                                    permc_spec=ordering, **settings)
+    entries = ilu.L.nnz + ilu.U.nnz - J.shape[0]
+    text = ("ILU (%s, drop_tol %g, fill_factor %g, rows scaled): %d entries, %.1f per "
+            "entry of J" % (ordering, settings["drop_tol"], settings["fill_factor"],
+                            entries, entries / max(J.nnz, 1)))
+    return (lambda v: ilu.solve(scale * v.reshape(-1))), text
+
+
+def _amg(J):
+    """A V-cycle of pyamg's classical (Ruge-Stueben) AMG for ``J``: (solve, description).
+
+    Classical rather than smoothed aggregation: on the diffusion-dominated systems it
+    suits (a Laplacian plus a positive diagonal, as Bratu and Poisson-Boltzmann) it
+    set up faster and took about half the Krylov iterations.
+    """
+    import pyamg
+    hierarchy = pyamg.ruge_stuben_solver(J.tocsr())
+    text = ("AMG (pyamg Ruge-Stueben): %d levels, operator complexity %.2f"
+            % (len(hierarchy.levels), hierarchy.operator_complexity()))
+    return hierarchy.aspreconditioner(cycle="V").matvec, text
+
+
+class _KrylovSolve:
+    """``solve(J, b)`` by GMRES or BiCGSTAB, keeping its preconditioner between calls.
+
+    ``newton`` sets ``rtol`` before each call unless the user fixed it (the forcing
+    term), and may set ``report(iterations)``, called at every Krylov iteration.
+    With ``reuse``, the preconditioner built for one Jacobian serves the next ones
+    until a solve needs more than twice the iterations per digit of residual
+    reduction of its first solve (then it is rebuilt for the next solve), or fails
+    to converge (then it is rebuilt at once and the solve repeated).
+    """
+
+    def __init__(self, kind, options):
+        self.kind = kind
+        self.options = options
+        self.adaptive = "rtol" not in options
+        self.rtol = options.get("rtol", _EW_ETA_MIN)
+        self.preconditioner = options.get("preconditioner", "ilu")
+        self.reuse = options.get("reuse", True)
+        self.report = None
+        self.description = "not built yet"
+        self._M = self._shape = self._rate = None
+        self._stale = True
+        self.solves = self.iterations = self.setups = self.last_iterations = 0
+        self.setup_seconds = self.solve_seconds = 0.0
+
+    def _setup(self, J):
+        started = time.perf_counter()
+        if self.preconditioner == "ilu":
+            solve, self.description = _ilu(J, self.options)
+        elif self.preconditioner == "amg":
+            solve, self.description = _amg(J)
+        else:
+            solve, self.description = None, "no preconditioner"
+        self._M = None if solve is None else scipy.sparse.linalg.LinearOperator(
+            J.shape, solve, dtype=J.dtype)
+        self._shape, self._stale, self._rate = J.shape, False, None
+        if solve is not None:
+            self.setups += 1
+        self.setup_seconds += time.perf_counter() - started
+
+    def _iterate(self, J, b):
+        count = [0]
+
+        def counted(*_):
+            count[0] += 1
+            if self.report is not None:
+                self.report(count[0])
+
+        settings = _krylov_settings(self.kind, self.options, self.rtol)
+        if self.kind == "gmres":
+            step, info = scipy.sparse.linalg.gmres(
+                J, b, M=self._M, callback=counted, callback_type="pr_norm", **settings)
+        else:
+            step, info = scipy.sparse.linalg.bicgstab(
+                J, b, M=self._M, callback=counted, **settings)
+        self.iterations += count[0]
+        return step, info, count[0]
+
+    def __call__(self, J, b):
+        started = time.perf_counter()
+        fresh = self._stale or not self.reuse or self._shape != J.shape
+        if fresh:
+            self._setup(J)
+        J = J.tocsr()
+        step, info, count = self._iterate(J, b)
+        if info != 0 and not fresh and self.preconditioner is not None:
+            # built for an earlier Jacobian, it may no longer fit this one
+            self._setup(J)
+            fresh = True
+            step, info, more = self._iterate(J, b)
+            count += more
+        self.solves += 1
+        self.last_iterations = count
+        self.solve_seconds += time.perf_counter() - started
+        if info != 0:
+            raise _LinearSolveError(
+                "%s did not converge to rtol=%.1e (info=%d, %d iterations, %s); raise "
+                "linear_options['maxiter'], improve the preconditioner or use a direct "
+                "solver (linear_solver='direct')"
+                % (self.kind, self.rtol, info, count, self.description))
+        rate = count / max(1.0, -np.log10(self.rtol))
+        if fresh:
+            self._rate = rate
+        elif rate > 2 * self._rate + 1:
+            self._stale = True
+        return step
+
+
+def _krylov_settings(kind, options, rtol=1e-10):
     """Tolerances and limits of a Krylov solve: the user's ``linear_options`` over
-    the defaults (relative tolerance 1e-10, GMRES restarted every 50 steps)."""
-    settings = {"rtol": options.get("rtol", 1e-10), "atol": 0.0,
-                "maxiter": options.get("maxiter")}
+    the defaults (relative tolerance ``rtol``, GMRES restarted every 50 steps, about
+    _DEFAULT_KRYLOV_ITERATIONS iterations at most)."""
+    settings = {"rtol": options.get("rtol", rtol), "atol": 0.0}
     if kind == "gmres":
         settings["restart"] = options.get("restart", 50)
+        # (SciPy's GMRES counts restart cycles in maxiter)
+        default = -(-_DEFAULT_KRYLOV_ITERATIONS // settings["restart"])
+    else:
+        default = _DEFAULT_KRYLOV_ITERATIONS
+    maxiter = options.get("maxiter")
+    settings["maxiter"] = default if maxiter is None else maxiter
     return settings
 
 
-#: the keys of ``linear_options``; all of them are settings of the Krylov methods
-_KRYLOV_OPTIONS = ("rtol", "maxiter", "restart", "drop_tol", "fill_factor",
-                   "preconditioner")
+def _forcing_term(eta, norm, previous_norm, tol):
+    """The next Krylov relative tolerance, by Eisenstat and Walker's choice 2.
+
+    Loose while the residual falls slowly (far from the solution, where an accurate
+    Newton step is wasted), tightening with the square of its rate once it falls
+    fast, and never tighter than this step needs to reach ``tol``.  ``norm`` and
+    ``previous_norm`` are 2-norms of the residual; ``tol`` bounds its max-norm,
+    which the 2-norm bounds.
+    """
+    if previous_norm is None:
+        eta = _EW_ETA_0
+    else:
+        safeguard = _EW_GAMMA * eta ** _EW_ALPHA
+        eta = _EW_GAMMA * (norm / previous_norm) ** _EW_ALPHA
+        if safeguard > 0.1:  # (one lucky step does not make the next one easy)
+            eta = max(eta, safeguard)
+    if norm > 0:
+        eta = max(eta, 0.5 * tol / norm)
+    return min(max(eta, _EW_ETA_MIN), _EW_ETA_MAX)
+
+
+def _is_number(value):
+    return (isinstance(value, (int, float, np.integer, np.floating))
+            and not isinstance(value, (bool, np.bool_)))
+
+
+def _is_count(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _check_linear_options(linear_solver, options):
-    """Refuse ``linear_options`` that the chosen solver would ignore.
+    """Refuse ``linear_options`` that the chosen solver would ignore or cannot take.
 
     An option that is silently dropped (a misspelt key, ``restart`` for
-    BiCGSTAB, any option for a direct solver) leaves the user believing a
-    tolerance or preconditioner is in effect when it is not.
+    BiCGSTAB, any option for a direct solver, ``drop_tol`` without the ILU
+    preconditioner) leaves the user believing a tolerance or preconditioner is in
+    effect when it is not; a value out of range fails deep inside SciPy, or not at
+    all.
     """
     krylov = isinstance(linear_solver, str) and linear_solver in ("gmres", "bicgstab")
     if options and not krylov:
@@ -140,11 +324,41 @@ def _check_linear_options(linear_solver, options):
         raise ValueError("sparsegrad.optimize.newton: unknown linear_options for %s: %s "
                          "(known: %s)" % (linear_solver, ", ".join(map(str, unknown)),
                                           ", ".join(_KRYLOV_OPTIONS)))
+
+    def refuse(key, wanted):
+        raise ValueError("sparsegrad.optimize.newton: linear_options[%r] must be %s, not %r"
+                         % (key, wanted, options[key]))
+
     preconditioner = options.get("preconditioner", "ilu")
     if preconditioner is not None and not (isinstance(preconditioner, str)
-                                           and preconditioner == "ilu"):
-        raise ValueError("sparsegrad.optimize.newton: linear_options['preconditioner'] "
-                         "must be 'ilu' or None, not %r" % (preconditioner,))
+                                           and preconditioner in ("ilu", "amg")):
+        refuse("preconditioner", "'amg', 'ilu' or None")
+    if preconditioner == "amg" and not _amg_available():
+        raise ValueError("sparsegrad.optimize.newton: linear_options['preconditioner'] = "
+                         "'amg' needs pyamg, which is not installed (pip install pyamg, "
+                         "or the extra sparsegrad[amg]); 'ilu' needs nothing more")
+    ilu_keys = [key for key in _ILU_OPTIONS if key in options]
+    if ilu_keys and preconditioner != "ilu":
+        raise ValueError("sparsegrad.optimize.newton: linear_options %s set the ILU "
+                         "preconditioner; preconditioner=%r takes none"
+                         % (", ".join(ilu_keys), preconditioner))
+    valid = {
+        "rtol": (lambda v: _is_number(v) and 0 < v < 1,
+                 "a number between 0 and 1 (leave it out for the adaptive "
+                 "Eisenstat-Walker tolerance)"),
+        "maxiter": (lambda v: v is None or _is_count(v) and v >= 1,
+                    "a positive int or None"),
+        "restart": (lambda v: _is_count(v) and v >= 1, "a positive int"),
+        "reuse": (lambda v: isinstance(v, (bool, np.bool_)), "True or False"),
+        "drop_tol": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+        "fill_factor": (lambda v: _is_number(v) and 1 <= v < np.inf,
+                        "a finite number >= 1"),
+        "permc_spec": (lambda v: isinstance(v, str) and v in _ORDERINGS,
+                       "one of %s" % ", ".join(map(repr, _ORDERINGS))),
+    }
+    for key, (test, wanted) in valid.items():
+        if key in options and not test(options[key]):
+            refuse(key, wanted)
 
 
 def _linear_solver(linear_solver, options):
@@ -158,7 +372,7 @@ def _linear_solver(linear_solver, options):
                              % (linear_solver, ", ".join(direct_solvers())))
         return (lambda J, b: _solve_direct(linear_solver, J, b)), linear_solver
     if linear_solver in ("gmres", "bicgstab"):
-        return (lambda J, b: _solve_krylov(linear_solver, J, b, options)), linear_solver
+        return _KrylovSolve(linear_solver, options), linear_solver
     raise ValueError("linear_solver must be 'direct', 'splu', 'umfpack', 'pardiso', "
                      "'gmres', 'bicgstab' or a callable, not %r" % (linear_solver,))
 
@@ -169,13 +383,14 @@ def _device_solver(backend, linear_solver, options):
     if linear_solver in ("direct", "auto", "spsolve"):
         return (lambda J, b: linalg.spsolve(J, b)), "spsolve on %s" % backend.name
     if linear_solver == "gmres":
-        unused = [key for key in ("preconditioner", "drop_tol", "fill_factor")
+        unused = [key for key in ("preconditioner", "reuse") + _ILU_OPTIONS
                   if key in options and not (key == "preconditioner"
                                              and options[key] is None)]
         if unused:  # (the host's ILU preconditioner has no device counterpart here)
             raise ValueError("linear_options %s: GMRES on the %s device runs without a "
                              "preconditioner" % (", ".join(unused), backend.name))
         settings = _krylov_settings("gmres", options)
+        settings["maxiter"] = options.get("maxiter")  # (None: the device's own limit)
         if "rtol" not in inspect.signature(linalg.gmres).parameters:
             settings["tol"] = settings.pop("rtol")  # (CuPy before 14 named it tol)
 
@@ -222,6 +437,83 @@ def _checked_solve(solve, J, b):
     return step
 
 
+#: the clock of verbose times and progress lines (a test may replace it)
+_clock = time.perf_counter
+
+
+def _progress_interval(progress, verbose):
+    """Seconds between progress lines, or None for none (see newton's ``progress``)."""
+    if progress is None:
+        return 1.0 if verbose else None
+    if isinstance(progress, (bool, np.bool_)):
+        return 1.0 if progress else None
+    if _is_number(progress) and 0 <= progress < np.inf:
+        return float(progress)
+    raise ValueError("sparsegrad.optimize.newton: progress must be True, False, None or "
+                     "a number of seconds >= 0, not %r" % (progress,))
+
+
+class _Progress:
+    """A line saying where a long solve is, printed at most every ``interval`` seconds.
+
+    ``newton`` keeps ``iteration`` (the one under way) and ``norm`` (max|F| at its
+    start) up to date and calls ``update(doing)`` where it may wait long: before a
+    linear solve, at every Krylov iteration, before every evaluation.  A line is
+    printed when ``interval`` seconds have passed since the start, the last
+    progress line or the last line of the verbose table (``quiet``).
+    """
+
+    def __init__(self, interval, start):
+        self.interval = interval
+        self.start = self.last = start
+        self.iteration = 0
+        self.norm = np.nan
+
+    def quiet(self):
+        self.last = _clock()
+
+    def update(self, doing):
+        if self.interval is None:
+            return
+        now = _clock()
+        if now - self.last >= self.interval:
+            self.last = now
+            print("newton: %.1f s, iteration %d, max|F| = %.4e: %s"
+                  % (now - self.start, self.iteration, self.norm, doing), flush=True)
+
+
+#: a band LU with at most this many entries (160 MB) is cheap next to Krylov solves
+_SMALL_BAND_LU = 2 * 10 ** 7
+
+
+def _direct_is_better(J):
+    """Why a direct solver suits ``J`` at least as well as a Krylov method, or ``""``.
+
+    Reordered by reverse Cuthill-McKee, ``J`` has bandwidth ``b``; its LU factors,
+    row pivoting included, then fit in ``n (3b + 1)`` entries.  Where that is small
+    (1-d problems at any size, 2-d ones up to a few 10^4 unknowns), a factorisation
+    costs about as much as a few preconditioned Krylov iterations, and it needs no
+    preconditioner that may fail.
+    """
+    J = J.tocsr()
+    n = J.shape[0]
+    if n == 0:
+        return ""
+    P = _pattern(J)
+    order = scipy.sparse.csgraph.reverse_cuthill_mckee(P, symmetric_mode=False)
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.arange(n)
+    rows = np.repeat(np.arange(n), np.diff(P.indptr))
+    bandwidth = int(np.max(np.abs(inverse[rows] - inverse[P.indices]), initial=0))
+    entries = n * (3 * bandwidth + 1)
+    if entries > _SMALL_BAND_LU:
+        return ""
+    return ("J has bandwidth %d after reverse Cuthill-McKee ordering (LU factors of at "
+            "most %d entries): a direct solver (linear_solver='direct') solves it in "
+            "about the time of a few Krylov iterations, and cannot fail to converge"
+            % (bandwidth, entries))
+
+
 def _norm(v):
     return float(np.max(np.abs(v))) if v.size else 0.0
 
@@ -229,7 +521,7 @@ def _norm(v):
 def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
            linear_solver="direct", linear_options=None, line_search=True,
            min_damping=1e-4, divtol=1e8, verbose=False, callback=None,
-           sensitivity=False, trace=True):
+           sensitivity=False, trace=True, progress=None):
     """Solve ``F(x) = 0`` by Newton's method with the exact sparse Jacobian.
 
     Parameters
@@ -260,17 +552,41 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
         ``"direct"`` (default): the best available sparse direct solver,
         pypardiso or scikit-umfpack when importable, else SciPy's SuperLU
         (see :func:`direct_solvers`); ``"splu"``, ``"umfpack"``, ``"pardiso"``
-        to choose one; ``"gmres"`` or ``"bicgstab"``: SciPy's Krylov method
-        with an incomplete-LU preconditioner (``spilu``); or a callable
-        ``solve(J, b)`` returning the solution of ``J dx = b``.  For ``x0``
-        on a GPU (a CuPy array; the iteration then stays on the device):
-        ``"direct"`` is ``cupyx.scipy.sparse.linalg.spsolve``, ``"gmres"``
-        its GMRES (no preconditioner), or a callable.
+        to choose one; ``"gmres"`` or ``"bicgstab"``: SciPy's Krylov method,
+        preconditioned (incomplete LU by default), to the relative tolerance
+        of an inexact Newton method; or a callable ``solve(J, b)`` returning
+        the solution of ``J dx = b``.  A direct solver is the better choice
+        where the preconditioner does not serve (many Krylov iterations, or a
+        Jacobian that changes much from one iteration to the next) and for
+        a narrow band, where it is about as fast and cannot fail to
+        converge; ``verbose`` says so.  For ``x0`` on a GPU (a CuPy array;
+        the iteration then stays on the device): ``"direct"`` is
+        ``cupyx.scipy.sparse.linalg.spsolve``, ``"gmres"`` its GMRES (no
+        preconditioner), or a callable.
     linear_options : dict, optional
-        For the Krylov methods: ``rtol`` (default 1e-10), ``maxiter``,
-        ``restart`` (gmres, default 50), ``drop_tol`` and ``fill_factor``
-        (passed to ``spilu``), ``preconditioner`` (``"ilu"`` or ``None``).
-        Other keys, and any option with another ``linear_solver``, raise
+        For the Krylov methods:
+
+        - ``rtol``: a fixed relative tolerance of every linear solve; left
+          out (the default), the Eisenstat-Walker forcing term (choice 2)
+          sets it at each iteration: 0.1 at the first, then
+          ``0.9 (|F_k| / |F_k-1|)^2`` within ``[1e-10, 0.9]``, never below
+          what reaches ``tol`` in one step.
+        - ``maxiter``: SciPy's (restart cycles for gmres); default about 1000
+          iterations.  ``restart`` (gmres only): default 50.
+        - ``preconditioner``: ``"ilu"`` (default, ``scipy.sparse.linalg.spilu``),
+          ``"amg"`` (classical algebraic multigrid of pyamg, an optional
+          dependency: ``pip install pyamg``) or ``None``.
+        - ``reuse``: keep the preconditioner from one Newton iteration to
+          the next while a solve takes at most about twice the iterations
+          per digit of its first solve; rebuild it otherwise, and at once when
+          a solve fails with it (default ``True``; ``False`` rebuilds it at
+          every iteration).
+        - ``drop_tol`` (default 1e-4), ``fill_factor`` (default 20) and
+          ``permc_spec`` of ``spilu`` (default ``"MMD_AT_PLUS_A"`` for a
+          nearly symmetric pattern, ``"COLAMD"`` otherwise), for ``"ilu"``.
+
+        Other keys, values out of range, options of a preconditioner not in
+        use, and any option with another ``linear_solver``, raise
         ``ValueError`` rather than being ignored.
     line_search : bool, optional
         Backtracking (default): halve the step length ``a`` until the
@@ -283,7 +599,9 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
         value (only reachable without line search).
     verbose : bool, optional
         Print one line per iteration: residual norm, step norm, damping and
-        elapsed time.
+        elapsed time, and for a Krylov method its iterations and relative
+        tolerance, with a summary (iterations, preconditioner setups, times)
+        and a note where a direct solver is the better choice.
     callback : callable, optional
         ``callback(x, f)`` after every iteration, with the new iterate and its
         residual (both shaped like ``x0``/``F``'s output); returning ``True``
@@ -311,6 +629,13 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
         program; any other ``F`` is evaluated by ``forward.seed`` (``F`` may
         then run twice at the first evaluation).  ``False``: ``forward.seed``
         at every evaluation.
+    progress : bool or float, optional
+        Print a progress line while the solve runs: the iteration under way,
+        ``max|F|`` at its start, what it is doing (a linear solve, the Krylov
+        iteration reached, an evaluation) and the time so far, whenever that
+        many seconds (``True``: 1) have passed without output.  ``None`` (the
+        default): 1 second with ``verbose``, none without; ``False``: never;
+        ``0``: at every step of the solve.
 
     Returns
     -------
@@ -322,7 +647,9 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
         residual at ``x``), ``jac`` (the last Jacobian evaluated: at the
         iterate before the last step when the iteration ended after a step, as
         it usually does; at ``x`` when it ended before taking one) and ``residual_norms``
-        (``max|F|`` before the first and after every iteration).
+        (``max|F|`` before the first and after every iteration); with
+        ``"gmres"`` or ``"bicgstab"`` also ``linear_iterations`` (all Krylov
+        iterations) and ``preconditioner_setups``.
 
     Raises
     ------
@@ -330,7 +657,7 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
         For a non-finite ``x0``, a residual whose size differs from
         ``x0.size`` or that is complex for a real ``x0``, an unknown or
         unavailable ``linear_solver``, ``linear_options`` it does not take,
-        or invalid tolerances (``divtol`` included).
+        invalid tolerances (``divtol`` included) or ``progress``.
     TypeError
         For forward values in ``args`` without ``sensitivity=True``, a
         non-numeric or forward-value ``x0``, or a residual of bools.
@@ -430,16 +757,43 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
                              "complex numbers, or make F return real values")
         return f, J
 
-    start = time.perf_counter()
+    interval = _progress_interval(progress, verbose)
+    krylov = solve if isinstance(solve, _KrylovSolve) else None
+    start = _clock()
+    report = _Progress(interval, start)
     x = x.reshape(-1)
     f, J = residual_and_jacobian(x)
     norm = _norm(f)
     norms = [norm]
+    if krylov is not None and interval is not None:
+        krylov.report = lambda count: report.update(
+            "%s iteration %d (rtol %.1e)" % (krylov.kind, count, krylov.rtol))
     if verbose:
         print("newton: %d unknowns, linear solver %s" % (x.size, solver_name))
-        print("  iter   max|F|        max|dx|       damping   time [s]")
+        if krylov is not None:
+            print("newton: %s; Krylov rtol %s" % (
+                ("no preconditioner" if krylov.preconditioner is None else
+                 "%s preconditioner, %s" % (krylov.preconditioner.upper(),
+                                            "reused while it serves" if krylov.reuse
+                                            else "rebuilt at every iteration")),
+                "by the Eisenstat-Walker forcing term" if krylov.adaptive
+                else "%g" % krylov.rtol))
+            advice = _direct_is_better(J)
+            if advice:
+                print("newton: %s" % advice)
+        print("  iter   max|F|        max|dx|       damping   time [s]"
+              + ("  lin.it  lin.rtol" if krylov is not None else ""))
         print("  %4d   %.4e    %-12s  %-8s  %8.3f"
-              % (0, norm, "", "", time.perf_counter() - start))
+              % (0, norm, "", "", _clock() - start))
+        report.quiet()
+
+    def row(nit, norm, step_norm, damping):
+        line = "  %4d   %.4e    %.4e    %-8.3g  %8.3f" % (nit, norm, step_norm, damping,
+                                                         _clock() - start)
+        if krylov is not None:
+            line += "  %6d  %8.1e" % (krylov.last_iterations, krylov.rtol)
+        print(line)
+        report.quiet()
 
     def finish(status, detail=""):
         solution = x.reshape(shape)
@@ -459,11 +813,25 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
                 status = -6
         message = STATUS[status] + (": " + detail if detail else "")
         if verbose:
+            if krylov is not None and krylov.solves:
+                print("newton: %s: %d iterations in %d solves (%.3f s); preconditioner "
+                      "setups: %d (%.3f s), the last: %s"
+                      % (krylov.kind, krylov.iterations, krylov.solves,
+                         krylov.solve_seconds - krylov.setup_seconds, krylov.setups,
+                         krylov.setup_seconds, krylov.description))
+                if krylov.iterations > 50 * krylov.solves:
+                    print("newton: %d Krylov iterations per solve: a direct solver "
+                          "(linear_solver='direct') is likely faster, unless its factors "
+                          "do not fit in memory" % (krylov.iterations // krylov.solves))
             print("newton: %s" % message)
-        return OptimizeResult(
+        result = OptimizeResult(
             x=solution, success=status > 0, status=status, message=message,
             nit=nit, nfev=counts["nfev"], njev=counts["njev"], fun=f, jac=J,
             residual_norms=norms)
+        if krylov is not None:
+            result.linear_iterations = krylov.iterations
+            result.preconditioner_setups = krylov.setups
+        return result
 
     nit = 0
     if not np.isfinite(norm):
@@ -471,9 +839,16 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
     tol = max(tol, rtol * norm)
     if norm <= tol:
         return finish(1)
+    eta = previous_norm2 = None
     while True:
         if nit >= maxiter:
             return finish(-1, "maxiter=%d, max|F| = %.3e" % (maxiter, norm))
+        report.iteration, report.norm = nit + 1, norm
+        if krylov is not None and krylov.adaptive:
+            norm2 = float(np.linalg.norm(f))
+            eta = krylov.rtol = _forcing_term(eta, norm2, previous_norm2, tol)
+            previous_norm2 = norm2
+        report.update("solving the linear system (%s)" % solver_name)
         try:
             step = _checked_solve(solve, J, -f.reshape(-1))
         except _LinearSolveError as error:
@@ -487,8 +862,7 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
             norm = _norm(f)
             norms.append(norm)
             if verbose:
-                print("  %4d   %.4e    %.4e    %-8.3g  %8.3f"
-                      % (nit, norm, _norm(step), 1.0, time.perf_counter() - start))
+                row(nit, norm, _norm(step), 1.0)
             if not np.isfinite(norm):
                 return finish(-3, "at iteration %d" % nit)
             if callback is not None:  # (after every iteration; converged either way)
@@ -496,6 +870,7 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
             return finish(2)
         damping = 1.0
         while True:
+            report.update("evaluating F at step length %g" % damping)
             trial = x + damping * step
             f_trial = residual(trial)
             norm_trial = _norm(f_trial)
@@ -511,10 +886,8 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
                 norms.append(norm)  # (x stays where it was: one norm per iteration)
                 return finish(-4, "max|F| = %.3e at iteration %d" % (norm, nit))
         x = trial
-        step_norm = damping * _norm(step)
         if verbose:
-            print("  %4d   %.4e    %.4e    %-8.3g  %8.3f"
-                  % (nit, norm_trial, step_norm, damping, time.perf_counter() - start))
+            row(nit, norm_trial, damping * _norm(step), damping)
         if not np.isfinite(norm_trial):
             f, norm = f_trial, norm_trial
             norms.append(norm)
@@ -532,6 +905,8 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
             f, norm = f_trial, norm_trial
             norms.append(norm)
             return finish(0)
+        report.iteration, report.norm = nit + 1, norm_trial
+        report.update("evaluating F and its Jacobian")
         f, J = residual_and_jacobian(x)
         norm = _norm(f)
         norms.append(norm)
