@@ -15,6 +15,11 @@ class UnsupportedOperationError(TypeError):
     """A numpy function, ufunc or argument that sparsegrad cannot differentiate."""
 
 
+class UnsupportedAttributeError(UnsupportedOperationError, AttributeError):
+    """An ndarray attribute or method that forward values do not have (also an
+    ``AttributeError``, so that ``hasattr`` answers False)."""
+
+
 class DensificationError(ValueError):
     """An operation whose Jacobian would be dense beyond the allowed size."""
 

@@ -30,7 +30,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 from . import _backend, _structure
 from . import _jacobian as jac
 from . import _ufunc_rules as rules
-from ._errors import unsupported, UnsupportedOperationError
+from ._errors import unsupported, UnsupportedOperationError, UnsupportedAttributeError
 from ._deferred import Deferred, c_contiguous, IN_C_ORDER
 from ._indexing import (Assembly, broadcast_rows, row_index, only_slices as _only_slices,
                         slice_key as _slice_key)
@@ -263,6 +263,62 @@ class value(NDArrayOperatorsMixin):
 
     def all(self, axis=None, out=None, keepdims=False, **kwargs):
         return np.all(self, axis=axis, out=out, keepdims=keepdims, **kwargs)
+
+    def argmax(self, axis=None, out=None, *, keepdims=False):
+        return np.argmax(self, axis=axis, out=out, keepdims=keepdims)
+
+    def argmin(self, axis=None, out=None, *, keepdims=False):
+        return np.argmin(self, axis=axis, out=out, keepdims=keepdims)
+
+    def argsort(self, axis=-1, kind=None, order=None, *, stable=None):
+        return np.argsort(self, axis=axis, kind=kind, order=order, stable=stable)
+
+    def argpartition(self, kth, axis=-1, kind="introselect", order=None):
+        return np.argpartition(self, kth, axis=axis, kind=kind, order=order)
+
+    def nonzero(self):
+        return np.nonzero(self)
+
+    def searchsorted(self, v, side="left", sorter=None):
+        return np.searchsorted(self, v, side=side, sorter=sorter)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return np.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        return np.trace(self, offset, axis1, axis2, dtype, out)
+
+    def repeat(self, repeats, axis=None):
+        return np.repeat(self, repeats, axis=axis)
+
+    def take(self, indices, axis=None, out=None, mode="raise"):
+        return np.take(self, indices, axis=axis, out=out, mode=mode)
+
+    def compress(self, condition, axis=None, out=None):
+        return np.compress(condition, self, axis=axis, out=out)
+
+    def fill(self, value):
+        """Set every element to ``value`` in place, as ``ndarray.fill``."""
+        self[...] = value
+
+    @property
+    def itemsize(self):
+        return self._array.itemsize
+
+    @property
+    def nbytes(self):
+        """The bytes of the value's array (not of its Jacobian)."""
+        return self._array.nbytes
+
+    def __getattr__(self, name):
+        # only reached for names the class lacks: ndarray's memory-layout and
+        # serialization members name themselves and the plain array to use
+        if name in _NDARRAY_ONLY:
+            raise UnsupportedAttributeError(
+                "numpy.ndarray.%s is not supported by sparsegrad on forward values: it "
+                "concerns the array's memory or bytes, which a forward value does not "
+                "expose; use .value, the plain ndarray of its value" % name)
+        raise AttributeError("sparsegrad.forward.value has no attribute %r" % name)
 
     def item(self, *args):
         """The element of the value as a plain Python number, as ``ndarray.item``:
@@ -646,6 +702,10 @@ for _name in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow"
               "lshift", "rshift", "and", "xor", "or"):
     setattr(value, "__i%s__" % _name, _in_place(_name))
 del _name
+
+
+#: ndarray members that a forward value refuses (its __getattr__)
+_NDARRAY_ONLY = frozenset(name for name in dir(np.ndarray) if not name.startswith("_"))
 
 
 _IN_OBJECT_ARRAY = (

@@ -531,8 +531,17 @@ METHODS = {
     "copy": lambda x: x.copy(),
     "astype-float64": lambda x: x.astype(np.float64),
     "iter": lambda x: np.stack([row * (k + 1) for k, row in enumerate(x)]),
+    "diagonal": lambda x: x.diagonal(),
+    "diagonal-offset": lambda x: x.diagonal(1),
+    "trace": lambda x: x.trace(),
+    "repeat": lambda x: x.repeat(2, axis=1),
+    "take": lambda x: x.take([4, 0, 4]),
+    "take-axis": lambda x: x.take([2, 0], axis=1),
+    "argsort-gather": lambda x: x.ravel()[x.real.ravel().argsort()],
+    "argmax-gather": lambda x: x.ravel()[x.real.argmax()] * x,
 }
-_REAL_ONLY = {"max", "max-axis1", "min", "min-axis0", "conj", "real", "astype-float64"}
+_REAL_ONLY = {"max", "max-axis1", "min", "min-axis0", "conj", "real", "astype-float64",
+              "argsort-gather", "argmax-gather"}
 
 
 @pytest.mark.parametrize("name", list(METHODS))
@@ -540,6 +549,33 @@ def test_method(name):
     method = "central" if name in _REAL_ONLY else "complex"
     exact = name not in {"mean", "mean-axis1", "dot", "dot-matrix", "prod", "prod-axis0"}
     check(METHODS[name], _x((2, 3), name), method, exact=exact)
+
+
+def test_index_methods_give_numpys_answers():
+    x0 = _x((2, 3), "index methods")
+    x = forward.seed(x0)
+    for name in ("argmax", "argmin", "argsort", "nonzero"):
+        np.testing.assert_array_equal(getattr(x, name)(), getattr(x0, name)())
+    np.testing.assert_array_equal(x.argpartition(1, axis=1), x0.argpartition(1, axis=1))
+    flat = np.sort(x0.ravel())
+    np.testing.assert_array_equal(forward.seed(flat).searchsorted(x0[0]), flat.searchsorted(x0[0]))
+    assert (x.itemsize, x.nbytes) == (x0.itemsize, x0.nbytes)
+    target = np.zeros(3, like=x)
+    target.fill(x[0, 1])
+    np.testing.assert_array_equal(target.value, np.full(3, x0[0, 1]))
+    np.testing.assert_array_equal(target.dvalue.toarray()[:, 1], 1.0)
+
+
+@pytest.mark.parametrize("name", ["tobytes", "strides", "view", "byteswap", "data", "flags",
+                                  "ctypes", "tofile", "setflags", "base"])
+def test_memory_members_refuse_naming_ndarrays(name):
+    x = forward.seed(np.ones(3))
+    assert not hasattr(x, name)
+    with pytest.raises(sparsegrad.UnsupportedOperationError,
+                       match="numpy.ndarray.%s is not supported.*use .value" % name):
+        getattr(x, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        x.nothing
 
 
 @pytest.mark.parametrize("shape", [S0, S1, S2, S3, E2])
