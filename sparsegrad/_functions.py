@@ -42,9 +42,18 @@ from ._value import (value, nvalue, number, plain, coerce, make, broadcast_jacob
 
 INDEX_DTYPE = np.int64
 
-__all__ = ["FUNCTIONS", "PASS_THROUGH", "CREATION", "implements"]
+__all__ = ["FUNCTIONS", "PASS_THROUGH", "CREATION", "REFUSED", "implements"]
 
 FUNCTIONS = {}
+
+#: why some numpy functions without a rule are reached, and what to use instead
+REFUSED = {
+    # scipy.sparse's constructors (diags, csr_matrix((data, ...)), bmat of values)
+    # ask it of their data: they hold numbers only
+    np.common_type: "scipy.sparse's constructors hold numbers, not forward values; "
+                    "sparsegrad.sparse.diags(x) makes the diagonal matrix of a forward "
+                    "value, and A @ x with a constant sparse A multiplies one",
+}
 
 
 def implements(*functions):

@@ -597,8 +597,8 @@ class value(NDArrayOperatorsMixin):
             return _functions.create(func, self, args, kwargs)
         implementation = _functions.FUNCTIONS.get(func)
         if implementation is None:
-            raise unsupported("numpy." + _qualified_name(func),
-                              "no derivative rule for this function")
+            raise unsupported("numpy." + _qualified_name(func), _functions.REFUSED.get(
+                func, "no derivative rule for this function"))
         result = implementation(*args, **kwargs)
         if isinstance(result, value):
             seed = result._jac.seed  # (an Assembly has its seed too)

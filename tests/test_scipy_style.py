@@ -173,3 +173,13 @@ def test_forward_values_in_an_object_array_say_how_they_got_there():
     for ufunc in (np.sqrt, np.log1p, np.tanh):
         with pytest.raises(sparsegrad.UnsupportedOperationError, match=ufunc.__name__):
             ufunc(held)
+
+
+def test_scipy_sparse_constructors_point_to_sparsegrad_sparse():
+    import scipy.sparse
+    x = forward.seed(np.array([1.0, 2.0, 3.0]))
+    with pytest.raises(sparsegrad.UnsupportedOperationError,
+                       match="numpy.common_type .* sparsegrad.sparse.diags"):
+        scipy.sparse.diags([x], [0])
+    with pytest.raises(sparsegrad.UnsupportedOperationError, match="sparsegrad.sparse.diags"):
+        sparsegrad.jacobian(lambda v: scipy.sparse.diags([v], [0]) @ v)(x.value)
