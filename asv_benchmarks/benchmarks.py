@@ -39,7 +39,7 @@ import sparsegrad
 from sparsegrad import forward
 
 from . import hand_coded, problems
-from .ratios import FIXED_COST_SIZES, measure_times, memory_ratio
+from .ratios import FIXED_COST_SIZES, LARGE_SIZES, measure_times, memory_ratio
 
 
 class _Suite:
@@ -115,20 +115,37 @@ class _Ratios:
         return memory_ratio(self.residual, self.x0)[2]
 
 
-def _suites(base, suffix):
+def _suites(base, suffix, sizes=None):
+    """One class of ``base`` per problem, at the problem's sizes or at ``sizes[key]``
+    (then only for the problems it names)."""
     made = {}
-    for problem in problems.PROBLEMS.values():
+    for key, problem in problems.PROBLEMS.items():
+        if sizes is not None and key not in sizes:
+            continue
         name = "".join(part.capitalize() for part in problem.name.replace("-", " ").split())
         made[name + suffix] = type(name + suffix, (base,), {
-            "problem": problem, "params": [list(problem.sizes)],
+            "problem": problem,
+            "params": [list(problem.sizes if sizes is None else sizes[key])],
             "__doc__": "%s (%s)" % (problem.name, problem.size_label),
             "__module__": __name__})
     return made
 
 
-# ShallowWater, PoissonBoltzmann, Bratu, DriftDiffusion and their *Ratios twins
+class _LargeRatios(_Ratios):
+    """Slow: 10^6 to 10^7 unknowns (minutes per class and several GiB, as
+    ``ratios --large``); the scaling target compares the two sizes of each."""
+
+    timeout = 3600
+    ratio_repeats = 3
+    ratio_min_time = 0.005
+
+
+# ShallowWater, PoissonBoltzmann, Bratu, DriftDiffusion, their *Ratios twins, and
+# *LargeRatios at the sizes of ratios --large (slow: run with -b Large to select them,
+# or skip them with -b "^(?!.*Large)")
 globals().update(_suites(_Suite, ""))
 globals().update(_suites(_Ratios, "Ratios"))
+globals().update(_suites(_LargeRatios, "LargeRatios", LARGE_SIZES))
 
 
 class ConstantOperators:

@@ -333,3 +333,16 @@ def test_gpu_ratios_on_the_fake_device(capsys, monkeypatch):
     monkeypatch.setattr("sparsegrad.gpu.available", lambda: False)
     assert gpu_ratios.main([]) == 2
     assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_large_asv_classes_run_the_sizes_of_ratios_large():
+    for key, sizes in ratios.LARGE_SIZES.items():
+        suite = [cls for name, cls in vars(benchmarks).items()
+                 if name.endswith("LargeRatios") and getattr(cls, "problem", None)
+                 is problems.get(key)]
+        assert len(suite) == 1 and suite[0].params == [list(sizes)], key
+    # (run at a tiny size here: the large ones take minutes)
+    bench = benchmarks.BratuLargeRatios()
+    bench.ratio_repeats, bench.ratio_min_time = 2, 0.0
+    bench.setup(TINY["bratu"])
+    assert bench.track_jacobian_ratio(TINY["bratu"]) > 0
