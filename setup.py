@@ -16,20 +16,21 @@ from setuptools.command.build_ext import build_ext
 
 # -ffp-contract=off: never fuse a * b + c into one FMA, so the compiled kernels
 # round exactly as the pure-numpy reference kernels do (GCC contracts by
-# default on targets with FMA, e.g. aarch64).  The kernels' loops take -O3 (its
-# vectorizer); the pool and the program runner -O2, and the compiled Python
+# default on targets with FMA, e.g. aarch64).  The kernels' and the program
+# runner's loops take -O3 (its vectorizer: the shallow-water 400x400 program ran
+# 1.5x slower at -O2); the memory pool -O2, and the compiled Python
 # modules, mostly calls into Python's C API, -O1: -O3 took two to three times as
 # long to compile them for 1-4% fewer instructions per evaluation
 # (docs/performance.md, "Build").  Without debug information (gcc spends about
 # a quarter of the build writing it) unless CFLAGS asks for it.
 if sys.platform == "win32":
-    KERNEL_ARGS = RUNNER_ARGS = MODULE_ARGS = []
+    KERNEL_ARGS = POOL_ARGS = MODULE_ARGS = []
 else:
     _DEBUG = any(flag.startswith("-g") and flag != "-g0"
                  for flag in os.environ.get("CFLAGS", "").split())
     _COMMON = ["-ffp-contract=off"] + ([] if _DEBUG else ["-g0"])
     KERNEL_ARGS = ["-O3"] + _COMMON
-    RUNNER_ARGS = ["-O2"] + _COMMON
+    POOL_ARGS = ["-O2"] + _COMMON
     MODULE_ARGS = ["-O1"] + _COMMON
 
 
@@ -59,8 +60,8 @@ EXTENSIONS = [
     _extension("sparsegrad._fast." + name, "sparsegrad/_fast/%s.pyx" % name, args, {},
                include_dirs=[numpy.get_include()],
                define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
-    for name, args in (("_kernels", KERNEL_ARGS), ("_program", RUNNER_ARGS),
-                       ("_pool", RUNNER_ARGS))
+    for name, args in (("_kernels", KERNEL_ARGS), ("_program", KERNEL_ARGS),
+                       ("_pool", POOL_ARGS))
 ] + [
     # the Python modules of every operation's chain, compiled as they are written
     # (sparsegrad/_compiled.py says why and when their source runs instead):
