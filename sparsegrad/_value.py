@@ -311,13 +311,13 @@ class value(NDArrayOperatorsMixin):
         return self._array.nbytes
 
     def __getattr__(self, name):
-        # only reached for names the class lacks: ndarray's memory-layout and
-        # serialization members name themselves and the plain array to use
+        # only reached for names the class lacks: ndarray's members that forward
+        # values do not have (memory layout, bytes, in-place partition, put, ...)
+        # name themselves and the plain array to use
         if name in _NDARRAY_ONLY:
             raise UnsupportedAttributeError(
-                "numpy.ndarray.%s is not supported by sparsegrad on forward values: it "
-                "concerns the array's memory or bytes, which a forward value does not "
-                "expose; use .value, the plain ndarray of its value" % name)
+                "numpy.ndarray.%s is not supported by sparsegrad on forward values; use "
+                ".value, the plain ndarray of its value (without its derivative)" % name)
         raise AttributeError("sparsegrad.forward.value has no attribute %r" % name)
 
     def item(self, *args):
