@@ -81,6 +81,7 @@ from . import problems as _problems
 __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "SCALING_TOLERANCE",
            "SCALING_TARGETS", "LARGE_SIZES", "PEERS",
            "PEER_NAMES", "measure", "measure_times", "memory_ratio", "memory_figures",
+           "residual_peak",
            "scaling", "scaling_steps",
            "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "FIRST_CALL_TARGET",
            "RECORDED_FIXED_COST_TARGET", "ENGINE_TARGETS", "measure_first_call",
@@ -295,9 +296,15 @@ def _peak_extra(call):
     return peak - before, result
 
 
-def memory_ratio(residual, x0):
+def residual_peak(residual, x0):
+    """The residual's own peak of traced allocations above the level before it."""
+    return _peak_extra(lambda: residual(x0))[0]
+
+
+def memory_ratio(residual, x0, own=None):
     """Peak extra traced memory during one repeated value+Jacobian evaluation beyond
-    the residual's own peak, over the Jacobian's bytes.
+    the residual's own peak (``own``: :func:`residual_peak`, measured when None),
+    over the Jacobian's bytes.
 
     Returns ``(peak_extra_bytes, jacobian_bytes, ratio, nnz)``: the evaluation's peak
     above the level before it, less the residual's own (its temporaries, which the
@@ -306,21 +313,22 @@ def memory_ratio(residual, x0):
     from sparsegrad import forward
 
     residual(forward.seed(x0)).dvalue          # warm caches outside the measurement
-    own, _ = _peak_extra(lambda: residual(x0))
+    if own is None:
+        own = residual_peak(residual, x0)
     extra, J = _peak_extra(lambda: residual(forward.seed(x0)).dvalue)
     nbytes = jacobian_bytes(J)
     return extra - own, nbytes, (extra - own) / nbytes, J.nnz
 
 
-def memory_figures(residual, x0):
+def memory_figures(residual, x0, own):
     """The other memory figures of one case, each over the Jacobian's bytes: the
     default engine's repeated evaluation and the first call of ``forward.seed`` from
-    emptied caches (each beyond the residual's own peak, as :func:`memory_ratio`),
-    and the free blocks that sparsegrad's memory pool holds after the evaluations."""
+    emptied caches (each beyond the residual's own peak ``own``, as
+    :func:`memory_ratio`), and the free blocks that sparsegrad's memory pool holds
+    after the evaluations."""
     import sparsegrad
     from sparsegrad import forward
 
-    own, _ = _peak_extra(lambda: residual(x0))
     recorded = sparsegrad.value_and_jacobian(residual)
     recorded(x0)
     recorded(x0)
@@ -353,9 +361,10 @@ def measure(problem, n, repeats=7, min_time=0.02, memory=True, residual_in_pool=
                   loops=t["loops"], first_jacobian_s=t["first_jacobian"],
                   first_ratio=t["first_jacobian"] / t["residual"])
     if memory:
-        extra, nbytes, mem, nnz = memory_ratio(residual, x0)
+        own = residual_peak(residual, x0)
+        extra, nbytes, mem, nnz = memory_ratio(residual, x0, own)
         result.update(peak_extra_bytes=int(extra), jacobian_bytes=int(nbytes),
-                      memory_ratio=mem, nnz=int(nnz), **memory_figures(residual, x0))
+                      memory_ratio=mem, nnz=int(nnz), **memory_figures(residual, x0, own))
     else:
         from sparsegrad import forward
         J = residual(forward.seed(x0)).dvalue
