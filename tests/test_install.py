@@ -1,11 +1,12 @@
 """What a user sees when the compiled kernels are not the ones running: the warning
 names the copy of sparsegrad imported, why it has no kernels, and the command that
 fixes it (never Python's generic "circular import" text)."""
+import importlib.machinery
+import json
 import os
 import shutil
 import subprocess
 import sys
-import warnings
 
 import pytest
 
@@ -69,8 +70,7 @@ def test_kernels_that_fail_to_load(tmp_path):
     here = tmp_path / "_fast"
     here.mkdir()
     (here / "_kernels.pyx").write_text("")
-    (here / ("_kernels" + __import__("importlib.machinery").machinery
-             .EXTENSION_SUFFIXES[0])).write_bytes(b"")
+    (here / ("_kernels" + importlib.machinery.EXTENSION_SUFFIXES[0])).write_bytes(b"")
     message = unavailable_message(str(here), ImportError("undefined symbol: x"))
     assert "fail to load (undefined symbol: x)" in message
     assert "python -m pip install ." in message
@@ -142,7 +142,7 @@ def test_earlier_build_is_reused_only_when_unchanged(setup_module, tmp_path, mon
     built.parent.mkdir(parents=True)
     built.write_bytes(b"compiled")
     record = {os.path.relpath(built, tmp_path): ["K", setup_module["_stat"](str(built))]}
-    (tmp_path / "build" / "sparsegrad-extensions.json").write_text(__import__("json").dumps(record))
+    (tmp_path / "build" / "sparsegrad-extensions.json").write_text(json.dumps(record))
     assert command._earlier_build(ext, "K") == os.path.relpath(built, tmp_path)
     assert command._earlier_build(ext, "other key") is None
     built.write_bytes(b"compiled again, by a build that did not record it")
