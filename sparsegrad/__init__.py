@@ -16,6 +16,7 @@ from . import _statistics  # noqa: E402,F401  (registers its numpy functions)
 from ._errors import UnsupportedOperationError, DensificationError, SeedMismatchError
 from ._fast import KERNELS
 from ._api import jacobian, value_and_jacobian, jvp, sparsity, gradient, value_and_gradient
+from ._hessian import hessian, value_grad_and_hessian, hvp, hessian_sparsity
 from ._memory import (keep_freed_memory, memory_pool_info, memory_pool_limit,
                       release_memory_pool)
 from ._structure import structure_cache_info, structure_cache_limit, clear_structure_cache

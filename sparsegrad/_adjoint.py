@@ -1,0 +1,782 @@
+"""Reverse accumulation over numpy: the gradient of a scalar function, computed
+by numpy operations on the arrays the function's own operations held.
+
+:func:`gradient_and_value` runs ``f`` on :class:`Adjoint` arrays, which wrap
+the arrays ``f`` would see (their ``inner``: ndarrays, forward values or the
+recorder's light values) and record each operation with its vector-Jacobian
+products; a sweep back over the record sums the products into the gradient.
+Every product is numpy code on the inner arrays, so when they are forward
+values the gradient is a forward value, and its Jacobian is the Hessian
+(forward over reverse).  The ufuncs' partial derivatives are the ones of
+:mod:`sparsegrad._ufunc_rules`, the table the Jacobians use; data movements
+(reshapes, transposes, flips, rolls, pads, stacks...) are transposed by the
+positions they move, found by running the same numpy function on integers.
+
+Writes follow numpy where they can be reproduced exactly: into an array made
+by ``np.zeros(..., like=x)`` and friends, by ``a[key] = b``, ``np.add.at``
+and in-place operators; a write into a view, or into an array while a view of
+it is alive, raises :class:`~sparsegrad.UnsupportedOperationError` instead of
+diverging from numpy.
+"""
+import numbers
+import weakref
+
+import numpy as np
+import scipy.sparse
+from numpy.lib.array_utils import normalize_axis_tuple
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from . import _ufunc_rules as rules
+from ._errors import UnsupportedOperationError
+from ._value import object_holder
+
+__all__ = ["Adjoint", "AdjointArray", "gradient_and_value"]
+
+_WHERE = "sparsegrad.hessian"
+
+
+def _refused(what, why):
+    return UnsupportedOperationError("%s is not supported in functions differentiated twice "
+                                     "(%s): %s" % (what, _WHERE, why))
+
+
+class Tape:
+    """The operations of one run: ``parents[node]`` holds ``(parent, vjp)``
+    pairs, ``vjp(g)`` the contribution of the node's adjoint ``g`` to the
+    parent's.  Nodes are numbered in the order they are made, so a parent's
+    number is below its children's."""
+
+    __slots__ = ("parents",)
+
+    def __init__(self):
+        self.parents = []
+
+    def add(self, parents):
+        self.parents.append(tuple(parents))
+        return len(self.parents) - 1
+
+    def adjoint(self, output, seed, leaf):
+        """The adjoint of node ``leaf`` of the scalar node ``output`` (None
+        where the output does not depend on it), ``seed`` the output's."""
+        adjoints = {output: seed}
+        for node in range(output, leaf, -1):
+            g = adjoints.pop(node, None)
+            if g is None:
+                continue
+            for parent, vjp in self.parents[node]:
+                contribution = vjp(g)
+                previous = adjoints.get(parent)
+                adjoints[parent] = (contribution if previous is None
+                                    else previous + contribution)
+        return adjoints.get(leaf)
+
+
+def _inner(a):
+    if isinstance(a, Adjoint):
+        return a.inner
+    if type(a) in (list, tuple):
+        return type(a)(_inner(b) for b in a)
+    return a
+
+
+def _tape(items):
+    tape = None
+    for a in items:
+        if type(a) in (list, tuple):
+            found = _tape(a)
+        else:
+            found = a.tape if isinstance(a, Adjoint) else None
+        if found is not None:
+            if tape is not None and found is not tape:
+                raise ValueError("%s: arrays of two different evaluations were combined"
+                                 % _WHERE)
+            tape = found
+    return tape
+
+
+def _unbroadcast(g, shape):
+    """``g`` summed over the axes that broadcasting added to ``shape``."""
+    shape = tuple(shape)
+    g_shape = np.shape(g)
+    if g_shape == shape:
+        return g
+    lead = len(g_shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and g_shape[lead + i] != 1)
+    if axes:
+        g = np.sum(g, axis=axes)
+    return np.reshape(g, shape)
+
+
+def _new(inner, tape, parents=(), base=None):
+    """An :class:`Adjoint` (an :class:`AdjointArray` for n-d ``inner``)."""
+    return (AdjointArray if np.ndim(inner) else Adjoint)(inner, tape, parents, base)
+
+
+def _dtype(a):
+    dtype = getattr(a, "dtype", None)
+    return dtype if isinstance(dtype, np.dtype) else np.result_type(a)
+
+
+def _zeros(shape, like):
+    dtype = np.result_type(_dtype(like), np.float64)
+    return np.zeros(shape, dtype=dtype, like=like)
+
+
+class Adjoint(NDArrayOperatorsMixin):
+    """An array of a function being differentiated in reverse: its ``inner``
+    array, and its node of the tape.  ``base``: the array it is a view of
+    (writes through it are refused); ``views``: weak references to the views
+    taken of it (writes into it are refused while one is alive)."""
+
+    __slots__ = ("inner", "tape", "node", "base", "views", "spot", "__weakref__")
+    __array_priority__ = 2000
+
+    def __init__(self, inner, tape, parents=(), base=None):
+        self.inner = inner
+        self.tape = tape
+        self.node = tape.add(parents)
+        self.base = None
+        self.views = None
+        self.spot = None
+        if base is not None:
+            root = base.base if base.base is not None else base
+            self.base = root
+            if root.views is None:
+                root.views = []
+            root.views.append(weakref.ref(self))
+
+    # ---- what numpy asks of an array ---------------------------------------
+    shape = property(lambda self: np.shape(self.inner))
+    ndim = property(lambda self: len(np.shape(self.inner)))
+    size = property(lambda self: int(np.prod(np.shape(self.inner))))
+    dtype = property(lambda self: self.inner.dtype)
+    T = property(lambda self: np.transpose(self))
+    mT = property(lambda self: np.swapaxes(self, -1, -2))
+    real = property(lambda self: self)
+
+    @property
+    def imag(self):
+        return _new(_zeros(self.shape, self.inner), self.tape)
+
+    def __bool__(self):
+        return bool(self.inner)
+
+    def __array__(self, dtype=None, copy=None):
+        # (numpy's "not an array" answer: scipy.sparse's ``A @ x`` then hands
+        # the product to __rmatmul__, and a conversion to numbers reaches
+        # __float__, which refuses)
+        if dtype is not None and np.dtype(dtype) != np.dtype(object):
+            raise _refused("converting to a plain array", "make arrays that receive "
+                           "values with np.zeros(shape, like=x)")
+        return object_holder(self)
+
+    def __float__(self):
+        raise _refused("converting to a number", "the value depends on the argument; "
+                       "make arrays that receive values with np.zeros(shape, like=x)")
+
+    __int__ = __complex__ = __index__ = __float__
+
+    def __repr__(self):
+        return "Adjoint(%r)" % (self.inner,)
+
+    # ---- methods -----------------------------------------------------------
+    def reshape(self, *shape, order="C"):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        return np.reshape(self, shape, order=order)
+
+    def ravel(self, order="C"):
+        return np.ravel(self, order=order)
+
+    def flatten(self, order="C"):
+        return np.copy(np.ravel(self, order=order))
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
+            axes = axes[0]
+        return np.transpose(self, axes or None)
+
+    def swapaxes(self, a, b):
+        return np.swapaxes(self, a, b)
+
+    def squeeze(self, axis=None):
+        return np.squeeze(self, axis=axis)
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+        return np.sum(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kwargs)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+        return np.mean(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kwargs)
+
+    def cumsum(self, axis=None, dtype=None, out=None):
+        return np.cumsum(self, axis=axis, dtype=dtype, out=out)
+
+    def dot(self, other):
+        return np.dot(self, other)
+
+    def clip(self, min=None, max=None):
+        return np.clip(self, min, max)
+
+    def copy(self, order="C"):
+        return np.copy(self)
+
+    def conj(self):
+        return self
+
+    conjugate = conj
+
+    def astype(self, dtype, copy=True):
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f" or dtype.itemsize < self.inner.dtype.itemsize:
+            raise _refused("astype(%s)" % dtype, "only floating types as wide as the "
+                           "value's keep its derivatives")
+        return np.copy(self) if copy else self
+
+    # ---- writes --------------------------------------------------------------
+    def _writable(self, what, allowed=None):
+        if self.base is not None:
+            raise _refused("%s through a view" % what,
+                           "write into the array itself (for example R[1:-1, 1:-1] = ... "
+                           "instead of R.reshape(n, n)[1:-1, 1:-1] = ...)")
+        if self.views:
+            self.views = [ref for ref in self.views if ref() is not None]
+        if self.views and any(ref() is not allowed for ref in self.views):
+            raise _refused("%s into an array while a view of it is alive" % what,
+                           "take views after the writes, or copy them")
+
+    def _rebind(self, result):
+        """This array now holds ``result``'s values (an in-place operation).
+
+        On a view by basic indexing of an array (``r[1:] += v`` does this on
+        ``r[1:]`` before writing it back), the values are written into that
+        array, as numpy's are."""
+        if np.shape(result.inner) != self.shape:
+            raise ValueError("%s: an in-place operation would change the shape %s to %s"
+                             % (_WHERE, self.shape, np.shape(result.inner)))
+        if self.base is not None and self.spot is not None:
+            root = self.base
+            root._write(self.spot, result, allowed=self)
+            fresh = root[self.spot]
+            self.inner, self.node = fresh.inner, fresh.node
+            return
+        self._writable("an in-place operation")
+        self.inner = result.inner
+        self.node = self.tape.add(((result.node, _identity),))
+
+    def _write(self, key, new, allowed=None):
+        self._writable("a write", allowed)
+        inner_key = _inner(key)
+        if not _basic(key) and _has_duplicates(self.shape, inner_key):
+            raise _refused("a write by an index with repeated entries",
+                           "numpy keeps one of the values written to a place; write "
+                           "each place once, or add with np.add.at")
+        # (copied: the values of earlier operations stay as they were for the sweep)
+        inner = self.inner.copy()
+        inner[inner_key] = _inner(new)
+        parents = [(self.node, lambda g: _cleared(g, inner_key))]
+        if isinstance(new, Adjoint):
+            new_shape = new.shape
+            parents.append((new.node, lambda g: _unbroadcast(g[inner_key], new_shape)))
+        self.inner = inner
+        self.node = self.tape.add(parents)
+
+    # ---- numpy's protocols ---------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        if method == "at":
+            return _ufunc_at(ufunc, *inputs, **kwargs)
+        if method == "reduce" and ufunc is np.add:
+            axis = kwargs.pop("axis", 0)
+            keepdims = kwargs.pop("keepdims", False)
+            _no_options("numpy.add.reduce", kwargs)
+            result = _sum(inputs[0], axis, keepdims)
+        elif method != "__call__":
+            raise _refused("numpy.%s.%s" % (ufunc.__name__, method), "only calls of ufuncs, "
+                           "np.add.reduce and np.add.at / np.subtract.at are differentiated")
+        else:
+            _no_options("numpy." + ufunc.__name__, kwargs)
+            result = _ufunc(ufunc, inputs)
+        return _into(out, result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in _CREATION:
+            # (``np.zeros(shape, like=x)``: numpy hands ``like`` over as self;
+            # ``np.empty`` gives zeros, a write target all the same)
+            return _new(_CREATION[func](*args, like=self.inner, **kwargs), self.tape)
+        rule = FUNCTIONS.get(func)
+        if rule is None:
+            if func in _MOVEMENTS:
+                return _moved(func, args, kwargs)
+            raise _refused("numpy." + func.__name__, "no rule for it yet; the Jacobian "
+                           "functions (sparsegrad.jacobian) may support it")
+        return rule(*args, **kwargs)
+
+    def __pow__(self, other):
+        return _ufunc(np.power, (self, other), operator=True)
+
+    def __rpow__(self, other):
+        return _ufunc(np.power, (other, self), operator=True)
+
+    def __ipow__(self, other):
+        self._rebind(self ** other)
+        return self
+
+
+
+class AdjointArray(Adjoint):
+    """An :class:`Adjoint` of one or more dimensions: indexed, iterated and
+    written.  (A 0-d one has none of these, as a 0-d forward value: numpy
+    must not take it for a sequence.)"""
+
+    __slots__ = ()
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # ---- reads ---------------------------------------------------------------
+    def __getitem__(self, key):
+        inner_key = _inner(key)
+        result = self.inner[inner_key]
+        shape, like = self.shape, self.inner
+        if _basic(key):
+            def vjp(g):
+                z = _zeros(shape, like)
+                z[inner_key] = g
+                return z
+            view = _new(result, self.tape, ((self.node, vjp),), base=self)
+            if self.base is None:
+                view.spot = key
+            return view
+
+        def vjp(g):
+            z = _zeros(shape, like)
+            np.add.at(z, inner_key, g)
+            return z
+        return _new(result, self.tape, ((self.node, vjp),))
+
+    def __setitem__(self, key, new):
+        if (isinstance(new, Adjoint) and new.base is self and new.spot is not None
+                and _basic(key) and _same_key(new.spot, key)):
+            return     # (the values of a view written back where they are)
+        self._write(key, new)
+
+
+def _in_place(ufunc):
+    def operator(self, other):
+        self._rebind(_ufunc(ufunc, (self, other)))
+        return self
+    operator.__name__ = "__i%s__" % ufunc.__name__
+    return operator
+
+
+Adjoint.__iadd__ = _in_place(np.add)
+Adjoint.__isub__ = _in_place(np.subtract)
+Adjoint.__imul__ = _in_place(np.multiply)
+Adjoint.__itruediv__ = _in_place(np.divide)
+
+
+def _identity(g):
+    return g
+
+
+def _cleared(g, key):
+    g = g.copy()
+    g[key] = 0
+    return g
+
+
+def _basic(key):
+    """True for keys of numpy's basic indexing (ints, slices, None, Ellipsis)."""
+    items = key if type(key) is tuple else (key,)
+    return all(k is None or k is Ellipsis or type(k) is slice
+               or (isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_)))
+               for k in items)
+
+
+def _same_key(a, b):
+    a = a if type(a) is tuple else (a,)
+    b = b if type(b) is tuple else (b,)
+    return len(a) == len(b) and all(type(p) is type(q) and p == q for p, q in zip(a, b))
+
+
+def _has_duplicates(shape, key):
+    places = np.arange(int(np.prod(shape))).reshape(shape)[key]
+    return np.unique(places).size != np.size(places)
+
+
+def _no_options(name, kwargs):
+    for option, value in kwargs.items():
+        if option == "dtype" and value is None:
+            continue
+        if option == "casting" and value == "same_kind":
+            continue
+        raise _refused("%s(%s=...)" % (name, option), "the argument is not differentiated")
+
+
+def _into(out, result):
+    """``result``, written into ``out`` (a ufunc's ``out=``) when given."""
+    if out is None:
+        return result
+    target = out[0] if type(out) is tuple else out
+    if type(out) is tuple and len(out) != 1:
+        raise _refused("out= of several arrays", "one output only")
+    if not isinstance(target, Adjoint):
+        if isinstance(result, Adjoint):
+            raise _refused("out= a plain numpy array", "the result depends on the argument; "
+                           "make the array with np.zeros(shape, like=x)")
+        target[...] = result
+        return target
+    if isinstance(result, Adjoint) and target.shape == result.shape:
+        target._rebind(result)
+    else:
+        target[...] = result
+    return target
+
+
+# ---------------------------------------------------------------- ufuncs
+
+def _ufunc(ufunc, inputs, operator=False):
+    tape = _tape(inputs)
+    inner = [_inner(a) for a in inputs]
+    if operator:
+        value = inner[0] ** inner[1]
+    elif ufunc is np.matmul:
+        value = _matmul(*inner)
+    else:
+        value = ufunc(*inner)
+    kind = _dtype(value).kind
+    if ufunc in rules.PREDICATES or kind in "biu":
+        return value
+    if kind == "c":
+        raise _refused("numpy.%s of complex values" % ufunc.__name__,
+                       "Hessians are of real functions of real arguments")
+    traced = [i for i, a in enumerate(inputs) if isinstance(a, Adjoint)]
+    shapes = [np.shape(a) for a in inner]
+    parents = []
+    if ufunc in rules.PIECEWISE_CONSTANT:
+        pass
+    elif ufunc in rules.SELECTIONS or ufunc in rules.SECOND_WHERE:
+        if ufunc in rules.SELECTIONS:
+            first = rules.SELECTIONS[ufunc](*inner, value)
+            takes = {0: first, 1: ~np.asarray(first)}
+        else:
+            takes = {1: rules.SECOND_WHERE[ufunc](*inner, value)}
+        for i in traced:
+            if i in takes:
+                parents.append((inputs[i].node, _masked(takes[i], shapes[i])))
+    elif ufunc is np.matmul:
+        parents = [(inputs[i].node, _matmul_vjp(i, inner)) for i in traced]
+    elif ufunc in rules.DERIVATIVES:
+        partials = rules.DERIVATIVES[ufunc]
+        for i in traced:
+            partial = partials[i]
+            if partial is None:
+                raise _refused("numpy.%s with argument %d depending on x" % (ufunc.__name__,
+                               i), "an integer argument carries no derivative")
+            if callable(partial):
+                partial = partial(*inner, value)
+            elif partial == 0:
+                continue
+            parents.append((inputs[i].node, _scaled(partial, shapes[i])))
+    else:
+        reason = rules.UNSUPPORTED.get(ufunc, "no derivative rule")
+        raise _refused("numpy." + ufunc.__name__, reason)
+    return _new(value, tape, parents)
+
+
+def _masked(mask, shape):
+    return lambda g: _unbroadcast(np.where(mask, g, 0.0), shape)
+
+
+def _scaled(partial, shape):
+    if type(partial) in (int, float) and partial == 1:
+        return lambda g: _unbroadcast(g, shape)
+    return lambda g: _unbroadcast(g * partial, shape)
+
+
+def _matmul(a, b):
+    if scipy.sparse.issparse(a) or scipy.sparse.issparse(b):
+        return a @ b
+    return np.matmul(a, b)
+
+
+def _matmul_vjp(i, inner):
+    a, b = inner
+    if np.ndim(a) > 2 or np.ndim(b) > 2:
+        raise _refused("numpy.matmul of stacks of matrices", "1-d and 2-d operands only")
+    if i == 0:
+        if np.ndim(a) == 1 and np.ndim(b) == 1:
+            return lambda g: g * b
+        if np.ndim(b) == 1:
+            return lambda g: np.reshape(g, (-1, 1)) * np.reshape(b, (1, -1))
+        bt = b.T
+        if np.ndim(a) == 1:
+            return lambda g: _matmul(bt, g)
+        return lambda g: _matmul(g, bt)
+    if np.ndim(a) == 1 and np.ndim(b) == 1:
+        return lambda g: g * a
+    if np.ndim(a) == 1:
+        return lambda g: np.reshape(a, (-1, 1)) * np.reshape(g, (1, -1))
+    at = a.T
+    return lambda g: _matmul(at, g)
+
+
+def _ufunc_at(ufunc, target, index, values=None):
+    if ufunc not in (np.add, np.subtract):
+        raise _refused("numpy.%s.at" % ufunc.__name__, "np.add.at and np.subtract.at only")
+    if not isinstance(target, Adjoint):
+        raise _refused("numpy.%s.at into a plain numpy array" % ufunc.__name__,
+                       "make the array with np.zeros(shape, like=x)")
+    target._writable("numpy.%s.at" % ufunc.__name__)
+    inner_key = _inner(index)
+    inner = target.inner.copy()
+    ufunc.at(inner, inner_key, _inner(values))
+    parents = [(target.node, _identity)]
+    if isinstance(values, Adjoint):
+        shape = values.shape
+        sign = 1.0 if ufunc is np.add else -1.0
+        parents.append((values.node, lambda g: _unbroadcast(sign * g[inner_key], shape)))
+    target.inner = inner
+    target.node = target.tape.add(parents)
+
+
+# ---------------------------------------------------------------- functions
+
+def _sum(a, axis=None, keepdims=False):
+    inner = _inner(a)
+    value = np.sum(inner, axis=axis, keepdims=keepdims)
+    if not isinstance(a, Adjoint):
+        return value
+    shape = a.shape
+    axes = tuple(range(len(shape))) if axis is None else normalize_axis_tuple(
+        axis, len(shape))
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+    def vjp(g):
+        return np.broadcast_to(np.reshape(g, kept), shape)
+    return _new(value, a.tape, ((a.node, vjp),))
+
+
+def _sum_function(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    _no_options("numpy.sum", dict(kwargs, dtype=dtype))
+    return _into(out, _sum(a, axis, keepdims))
+
+
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    _no_options("numpy.mean", dict(kwargs, dtype=dtype))
+    shape = np.shape(_inner(a))
+    axes = tuple(range(len(shape))) if axis is None else normalize_axis_tuple(
+        axis, len(shape))
+    count = int(np.prod([shape[i] for i in axes]))
+    return _into(out, _sum(a, axis, keepdims) / count)
+
+
+def _cumsum(a, axis=None, dtype=None, out=None):
+    _no_options("numpy.cumsum", {"dtype": dtype})
+    if axis is None:
+        a, axis = np.ravel(a), 0
+    inner = _inner(a)
+    value = np.cumsum(inner, axis=axis)
+    if not isinstance(a, Adjoint):
+        return _into(out, value)
+
+    def vjp(g):
+        return np.flip(np.cumsum(np.flip(g, axis), axis=axis), axis)
+    return _into(out, _new(value, a.tape, ((a.node, vjp),)))
+
+
+def _dot(a, b, out=None):
+    if np.ndim(_inner(a)) == 0 or np.ndim(_inner(b)) == 0:
+        return _into(out, a * b)
+    return _into(out, _ufunc(np.matmul, (a, b)))
+
+
+def _where(condition, *branches):
+    if not branches:
+        return np.nonzero(_inner(condition))
+    a, b = branches
+    condition = _inner(condition)
+    value = np.where(condition, _inner(a), _inner(b))
+    tape = _tape((a, b))
+    if tape is None:
+        return value
+    parents = []
+    if isinstance(a, Adjoint):
+        parents.append((a.node, _masked(condition, a.shape)))
+    if isinstance(b, Adjoint):
+        parents.append((b.node, _masked(np.logical_not(condition), b.shape)))
+    return _new(value, tape, parents)
+
+
+def _clip(a, a_min=None, a_max=None, out=None, **kwargs):
+    _no_options("numpy.clip", kwargs)
+    if isinstance(a_min, Adjoint) or isinstance(a_max, Adjoint):
+        raise _refused("numpy.clip with bounds depending on x", "write np.minimum and "
+                       "np.maximum")
+    inner = _inner(a)
+    value = np.clip(inner, _inner(a_min), _inner(a_max))
+    if not isinstance(a, Adjoint):
+        return _into(out, value)
+    return _into(out, _new(value, a.tape, ((a.node, _masked(value == inner, a.shape)),)))
+
+
+def _copy(a, *args, **kwargs):
+    if not isinstance(a, Adjoint):
+        return np.copy(a, *args, **kwargs)
+    return _new(a.inner.copy(), a.tape, ((a.node, _identity),))
+
+
+def _like(make):
+    """``np.zeros_like`` and friends: a constant array of the forward kind,
+    ready for writes (``empty_like`` gives zeros)."""
+    def like(prototype, *args, **kwargs):
+        return _new(make(_inner(prototype), *args, **kwargs), prototype.tape)
+    return like
+
+
+def _diff(a, n=1, axis=-1, prepend=None, append=None):
+    if prepend is not None or append is not None:
+        raise _refused("numpy.diff(prepend=, append=)", "concatenate first")
+    for _ in range(n):
+        ndim = np.ndim(_inner(a))
+        axis_ = axis % ndim
+        upper = tuple(slice(1, None) if i == axis_ else slice(None) for i in range(ndim))
+        lower = tuple(slice(None, -1) if i == axis_ else slice(None) for i in range(ndim))
+        a = a[upper] - a[lower]
+    return a
+
+
+def _norm(x, ord=None, axis=None, keepdims=False):
+    if ord not in (None, 2, "fro") or (ord == 2 and axis is None and np.ndim(_inner(x)) > 1):
+        raise _refused("numpy.linalg.norm(ord=%r)" % (ord,), "the 2-norm of vectors and the "
+                       "Frobenius norm only")
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+
+
+def _vdot(a, b):
+    return np.sum(np.ravel(a) * np.ravel(b))
+
+
+def _outer(a, b, out=None):
+    return _into(out, np.reshape(np.ravel(a), (-1, 1)) * np.reshape(np.ravel(b), (1, -1)))
+
+
+# Data movements: each element of the result is one element of the arrays
+# given (or a constant); transposed by the positions ``func`` moves.  Those
+# numpy returns as views are marked so, for the write rules.
+_VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
+          np.expand_dims, np.flip, np.fliplr, np.flipud, np.rot90, np.diagonal,
+          np.broadcast_to, np.atleast_1d, np.atleast_2d, np.atleast_3d}
+_MOVEMENTS = _VIEWS | {np.roll, np.tile, np.repeat, np.take, np.take_along_axis, np.pad,
+                       np.triu, np.tril, np.concatenate, np.stack, np.hstack, np.vstack,
+                       np.dstack, np.column_stack, np.append, np.delete, np.resize}
+
+
+def _moved(func, args, kwargs):
+    """``func(*args, **kwargs)`` of a data movement, and its transpose."""
+    tape = _tape(list(args) + list(kwargs.values()))
+    inner_args, inner_kwargs = _inner(list(args)), {k: _inner(v) for k, v in kwargs.items()}
+    value = func(*inner_args, **inner_kwargs)
+    sources = []
+    offset = [1]
+
+    def positions(a):
+        if isinstance(a, Adjoint):
+            size = a.size
+            sources.append((a, offset[0]))
+            p = np.arange(offset[0], offset[0] + size, dtype=np.int64).reshape(a.shape)
+            offset[0] += size
+            return p
+        if type(a) in (list, tuple):
+            return type(a)(positions(b) for b in a)
+        if isinstance(a, np.ndarray) or isinstance(a, numbers.Number):
+            return np.zeros(np.shape(a), dtype=np.int64)
+        return a
+    # (the arrays moved are the first argument: a sequence of them for the stacks)
+    moved_args = [positions(args[0])] + list(inner_args[1:])
+    moved_kwargs = dict(inner_kwargs)
+    if func is np.pad:
+        moved_kwargs.pop("constant_values", None)
+        mode = moved_kwargs.get("mode", args[2] if len(args) > 2 else "constant")
+        if mode not in ("constant", "edge", "wrap", "reflect", "symmetric", "empty"):
+            raise _refused("numpy.pad(mode=%r)" % (mode,), "modes that copy values only")
+        if mode == "empty":
+            raise _refused("numpy.pad(mode='empty')", "the padding is undefined")
+    if func is np.append:
+        moved_args = [positions(args[0]), positions(args[1])] + list(inner_args[2:])
+    where = np.asarray(func(*moved_args, **moved_kwargs))
+    if where.shape != np.shape(value) or where.dtype != np.int64:
+        raise _refused("numpy." + func.__name__ + " of these arguments",
+                       "its result is not a movement of the arrays' elements")
+    base = args[0] if func in _VIEWS and isinstance(args[0], Adjoint) else None
+    if tape is None:
+        return value
+    flat = where.reshape(-1)
+    parents = [(a.node, _gathered_back(flat, start, a.size, a.shape, a.inner))
+               for a, start in sources]
+    return _new(value, tape, parents, base=base)
+
+
+def _gathered_back(flat, start, size, shape, like):
+    """The transpose of a movement for the array at positions ``start ..``."""
+    mine = (flat >= start) & (flat < start + size)
+    places = np.flatnonzero(mine)
+    taken = flat[places] - start
+    if taken.size == size and np.array_equal(np.sort(taken), np.arange(size)):
+        order = np.empty(size, dtype=np.int64)
+        order[taken] = places
+        return lambda g: np.reshape(np.reshape(g, -1)[order], shape)
+    unique = np.unique(taken).size == taken.size
+
+    def vjp(g):
+        z = _zeros(size, like)
+        if unique:
+            z[taken] = np.reshape(g, -1)[places]
+        else:
+            np.add.at(z, taken, np.reshape(g, -1)[places])
+        return np.reshape(z, shape)
+    return vjp
+
+
+_CREATION = {np.zeros: np.zeros, np.ones: np.ones, np.empty: np.zeros, np.full: np.full}
+
+FUNCTIONS = {
+    np.sum: _sum_function, np.mean: _mean, np.cumsum: _cumsum, np.dot: _dot,
+    np.matmul: lambda a, b, **kw: _into(kw.pop("out", None), _ufunc(np.matmul, (a, b))),
+    np.where: _where, np.clip: _clip, np.copy: _copy, np.diff: _diff,
+    np.linalg.norm: _norm, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
+    np.zeros_like: _like(np.zeros_like), np.ones_like: _like(np.ones_like),
+    np.empty_like: _like(np.zeros_like), np.full_like: _like(np.full_like),
+    np.shape: lambda a: np.shape(_inner(a)), np.ndim: lambda a: np.ndim(_inner(a)),
+    np.size: lambda a, axis=None: np.size(_inner(a), axis),
+}
+
+
+def gradient_and_value(f, args, kwargs, position):
+    """``(gradient, value)`` of the scalar ``f`` in its argument ``position``,
+    of the kind of that argument (ndarray, forward value, light value).
+
+    Raises ValueError when ``f`` returns more than one number.
+    """
+    x = args[position]
+    tape = Tape()
+    leaf = _new(x, tape)
+    args = tuple(args[:position]) + (leaf,) + tuple(args[position + 1:])
+    out = f(*args, **kwargs)
+    inner = _inner(out)
+    if np.size(inner) != 1:
+        raise ValueError("%s: f must return one number, got an array of shape %s"
+                         % (_WHERE, np.shape(inner)))
+    value = np.reshape(inner, ())
+    if not isinstance(out, Adjoint):
+        return _zeros(np.shape(x), x), value
+    seed = np.ones(np.shape(inner))
+    g = tape.adjoint(out.node, seed, leaf.node) if out.node != leaf.node else seed
+    if g is None:
+        g = _zeros(np.shape(x), x)
+    return g, value

@@ -1,0 +1,280 @@
+"""Hessians of scalar functions: ``sparsegrad.hessian`` and its companions,
+against a gradient computed another way (``sparsegrad.gradient``, forward
+mode) differentiated by the complex step and by central differences."""
+import numpy as np
+import pytest
+import scipy.sparse
+
+import sparsegrad
+from sparsegrad import UnsupportedOperationError
+
+rng = np.random.default_rng(7)
+A_SPARSE = scipy.sparse.random(6, 6, density=0.4, random_state=3, format="csr")
+A_DENSE = rng.standard_normal((4, 6))
+
+
+def write_assembly(x):
+    r = np.zeros(len(x) + 1, like=x)
+    r[1:] = x ** 2
+    r[0] = x[2] * x[3]
+    r[-2:] += np.sin(x[:2])
+    r *= 1.5
+    return np.sum(r * r)
+
+
+def add_at_assembly(x):
+    elements = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 0]])
+    local = x[elements[:, 0]] * x[elements[:, 1]] ** 2
+    r = np.zeros(6, like=x)
+    np.add.at(r, elements[:, 0], local)
+    np.subtract.at(r, elements[:, 1], 0.5 * local)
+    return np.sum(np.exp(r))
+
+
+def movements(x):
+    m = x.reshape(2, 3)
+    stacked = np.concatenate([m.T.ravel(), np.flip(x), np.roll(x, 2)[::2], [1.0]])
+    padded = np.pad(m, ((1, 0), (0, 2)))
+    tiled = np.tile(x[:2], 3) * np.repeat(x[3:5], 3)
+    both = np.stack([x, x[::-1]])
+    return (np.sum(stacked ** 3) + np.sum(np.cos(padded) * padded) + np.sum(tiled ** 2)
+            + np.sum(both[0] * both[1]) + np.sum(np.diff(x, 2) ** 4))
+
+
+def reductions(x):
+    m = x.reshape(3, 2)
+    rows = np.sum(m ** 2, axis=1, keepdims=True)
+    columns = m.mean(axis=0)
+    return (np.sum(np.log(rows) * m) + np.sum(columns ** 3) + np.sum(np.cumsum(x) ** 2)
+            + np.linalg.norm(x) ** 3)
+
+
+def selections(x):
+    y = np.where(x > 0.5, x ** 3, np.sin(x))
+    return (np.sum(np.maximum(x, 0.4) ** 2 + np.minimum(x ** 2, 0.3 * x))
+            + np.sum(np.clip(x, 0.2, 0.9) ** 3) + np.sum(y * x[::-1]) + np.sum(np.abs(x - 0.5) ** 3))
+
+
+def products(x):
+    y = A_SPARSE @ x
+    z = A_DENSE @ np.tanh(x)
+    return np.sum(y ** 2 * x) + np.dot(z, z) + x @ (A_SPARSE.T @ np.exp(x)) + np.vdot(x, x) ** 2
+
+
+def powers(x):
+    return np.sum(x ** 0.5 + x ** -1 + x ** 3 + 2.0 ** x + np.sqrt(x) * np.cbrt(x)
+                  + np.arctan2(x, x[::-1] + 1) + np.hypot(x, 1.0) + x ** x)
+
+
+def two_d(u):
+    return (0.5 * np.sum(np.diff(u, axis=0) ** 2) + 0.5 * np.sum(np.diff(u, axis=1) ** 2)
+            + np.sum(np.cosh(u)) - u[1, 2] * u[0, 0] + np.sum(u[:, 1:] * u[:, :-1] ** 2))
+
+
+def fancy_reads(x):
+    idx = np.array([-1, 0, 0, 3, -2])
+    mask = np.array([True, False, True, True, True, True])
+    return np.sum(x[idx] ** 2 * x[mask][:5]) + x[-1] * x[1] ** 3 + np.sum(x[[1, 1, 2]] ** 3)
+
+
+def in_place(x):
+    y = x.copy()
+    y += x ** 2
+    y *= np.exp(-x)
+    y /= 1 + x ** 2
+    y -= 0.5
+    y **= 2
+    return np.sum(y)
+
+
+def with_divide_and_special(x):
+    return np.sum(np.expm1(x) / (1 + x) + np.log1p(x) * np.tanh(x) + np.logaddexp(x, 2 * x))
+
+
+CASES = {
+    "rosenbrock": (lambda x: np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2),
+                   np.array([1.3, 0.7, 0.8, 1.9, 1.2])),
+    "write assembly": (write_assembly, np.linspace(0.2, 1.3, 6)),
+    "add.at assembly": (add_at_assembly, np.linspace(0.1, 0.6, 6)),
+    "movements": (movements, np.linspace(0.3, 1.1, 6)),
+    "reductions": (reductions, np.linspace(0.3, 1.1, 6)),
+    "selections": (selections, np.array([0.1, 0.35, 0.45, 0.6, 0.75, 1.05])),
+    "products": (products, np.linspace(-0.4, 0.9, 6)),
+    "powers": (powers, np.linspace(0.3, 1.4, 6)),
+    "2-d argument": (two_d, np.linspace(-1.0, 1.0, 12).reshape(3, 4)),
+    "fancy reads": (fancy_reads, np.linspace(0.3, 1.4, 6)),
+    "in-place operators": (in_place, np.linspace(-0.4, 0.9, 6)),
+    "divide and special": (with_divide_and_special, np.linspace(0.3, 1.4, 6)),
+}
+# (also checked by the complex step: functions whose forward-mode gradient
+# takes complex arguments)
+ANALYTIC = {"rosenbrock", "movements", "2-d argument", "in-place operators"}
+
+
+def reference_hessian(f, x):
+    """The Hessian by differentiating ``sparsegrad.gradient`` (forward mode)
+    numerically: the complex step where ``f`` is analytic, else central
+    differences."""
+    n = x.size
+    gradient = sparsegrad.gradient(f, trace=False)
+    columns = []
+    for k in range(n):
+        e = np.zeros(n)
+        e[k] = 1.0
+        e = e.reshape(x.shape)
+        columns.append(((gradient(x + 1e-6 * e) - gradient(x - 1e-6 * e)) / 2e-6).ravel())
+    return np.array(columns).T
+
+
+def complex_step_hessian(f, x):
+    n = x.size
+    jacobian = sparsegrad.jacobian(f, trace=False)
+    columns = []
+    for k in range(n):
+        e = np.zeros(n, dtype=complex)
+        e[k] = 1e-30j
+        columns.append(np.asarray(jacobian(x + e.reshape(x.shape)).todense()).ravel().imag
+                       / 1e-30)
+    return np.array(columns).T
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("trace", [False, True])
+def test_hessian_is_the_second_derivative(name, trace):
+    f, x = CASES[name]
+    value, gradient, H = sparsegrad.value_grad_and_hessian(f, trace=trace)(x)
+    assert value == f(x)
+    assert H.shape == (x.size, x.size) and H.dtype == np.float64
+    np.testing.assert_allclose(gradient, sparsegrad.gradient(f, trace=False)(x),
+                               rtol=1e-13, atol=1e-13)
+    dense = H.toarray()
+    np.testing.assert_allclose(dense, reference_hessian(f, x), rtol=1e-6, atol=1e-6)
+    if name in ANALYTIC:
+        np.testing.assert_allclose(dense, complex_step_hessian(f, x), rtol=1e-12, atol=1e-12)
+    # symmetric to the last bit, pattern and values
+    transposed = H.T.tocsr()
+    transposed.sort_indices()
+    np.testing.assert_array_equal(transposed.indptr, H.indptr)
+    np.testing.assert_array_equal(transposed.indices, H.indices)
+    np.testing.assert_array_equal(transposed.data, H.data)
+    # the pattern holds every entry, and the other engine gives the same bits
+    pattern = sparsegrad.hessian_sparsity(f, x)
+    assert (abs(H).astype(bool) > pattern).nnz == 0
+    assert (H.astype(bool) > pattern).nnz == 0
+    other = sparsegrad.hessian(f, trace=not trace)(x)
+    np.testing.assert_array_equal(other.indices, H.indices)
+    np.testing.assert_array_equal(other.data, H.data)
+
+
+@pytest.mark.parametrize("name", ["rosenbrock", "2-d argument", "products", "movements"])
+def test_hvp_is_the_product(name):
+    f, x = CASES[name]
+    v = rng.standard_normal(x.shape)
+    H = sparsegrad.hessian(f)(x)
+    product = sparsegrad.hvp(f)(x, v)
+    assert product.shape == x.shape
+    np.testing.assert_allclose(product, (H @ v.ravel()).reshape(x.shape), rtol=1e-12,
+                               atol=1e-12)
+    np.testing.assert_allclose(sparsegrad.hvp(f)(x, v.ravel()).ravel(), H @ v.ravel(),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_hvp_and_hessian_take_other_arguments():
+    def f(a, x, scale=1.0):
+        return scale * np.sum(a * x ** 3)
+    a, x, v = np.array([1.0, 2.0]), np.array([0.5, -1.0]), np.array([1.0, 3.0])
+    H = sparsegrad.hessian(f, argnums=1)(a, x, scale=2.0)
+    np.testing.assert_array_equal(H.toarray(), np.diag(2.0 * 6 * a * x))
+    np.testing.assert_array_equal(sparsegrad.hvp(f, argnums=1)(a, x, v, scale=2.0),
+                                  2.0 * 6 * a * x * v)
+    assert sparsegrad.hvp(lambda x, c: c * np.sum(x ** 2))(x, v, 3.0).tolist() == [6.0, 18.0]
+
+
+def test_pattern_keeps_structural_zeros_and_does_not_follow_the_point():
+    def f(x):
+        return np.sum(np.where(x > 0, x ** 3, 0.0 * x[::-1] * x)) + x[0] * x[1] * 0.0
+    H_positive = sparsegrad.hessian(f)(np.array([1.0, 2.0, 3.0]))
+    H_negative = sparsegrad.hessian(f)(np.array([-1.0, -2.0, -3.0]))
+    np.testing.assert_array_equal(H_positive.indptr, H_negative.indptr)
+    np.testing.assert_array_equal(H_positive.indices, H_negative.indices)
+    assert H_negative.nnz > 0 and not H_negative.data.any()
+    np.testing.assert_array_equal(H_positive.toarray(), np.diag([6.0, 12.0, 18.0]))
+
+
+def test_formats_and_constant_functions():
+    f = CASES["rosenbrock"][0]
+    x = CASES["rosenbrock"][1]
+    dense = sparsegrad.hessian(f, format="dense")(x)
+    assert type(dense) is np.ndarray
+    np.testing.assert_array_equal(dense, sparsegrad.hessian(f)(x).toarray())
+    assert isinstance(sparsegrad.hessian(f, format="array")(x), scipy.sparse.csr_array)
+    value, gradient, H = sparsegrad.value_grad_and_hessian(lambda x: 3.0)(np.ones(3))
+    assert value == 3.0 and H.nnz == 0 and H.shape == (3, 3)
+    np.testing.assert_array_equal(gradient, np.zeros(3))
+    H = sparsegrad.hessian(lambda x: np.sum(2.0 * x))(np.ones(3))
+    assert H.shape == (3, 3) and not H.data.any()
+
+
+def test_refusals_name_the_operation():
+    x = np.linspace(0.1, 0.6, 6)
+
+    def through_view(x):
+        r = np.zeros(6, like=x)
+        r.reshape(2, 3)[0] = x[:3]
+        return np.sum(r)
+
+    def while_viewed(x):
+        r = np.zeros(6, like=x)
+        v = r[1:]
+        r[0] = x[0]
+        return np.sum(v * x[1:])
+
+    def repeated_places(x):
+        r = np.zeros(6, like=x)
+        r[[0, 0]] = x[:2]
+        return np.sum(r)
+
+    for f, message in [(through_view, "a write through a view"),
+                       (while_viewed, "a write into an array while a view of it is alive"),
+                       (repeated_places, "repeated entries"),
+                       (lambda x: np.prod(x), "numpy.prod is not supported in functions "
+                                              "differentiated twice"),
+                       (lambda x: np.sum(np.exp(1j * x)).real, "complex"),
+                       (lambda x: np.sum(np.multiply.reduce(x)), "numpy.multiply.reduce")]:
+        with pytest.raises(UnsupportedOperationError, match=message):
+            sparsegrad.hessian(f, trace=False)(x)
+    with pytest.raises(ValueError, match="one number"):
+        sparsegrad.hessian(np.sin)(x)
+    with pytest.raises(ValueError, match="argnums must be one int"):
+        sparsegrad.hessian(np.sum, argnums=(0, 1))
+
+
+def test_a_write_into_a_plain_array_is_refused():
+    def f(x):
+        r = np.zeros(3)
+        r[0] = x[0] ** 2
+        return np.sum(r)
+    with pytest.raises(TypeError, match=r"np.zeros\(shape, like=x\)"):
+        sparsegrad.hessian(f)(np.ones(3))
+
+
+def test_views_read_after_writes_see_them():
+    def f(x):
+        r = np.zeros((2, 3), like=x)
+        r[0] = x[:3] ** 2
+        r[1, 1:] = x[3:5] * x[0]
+        t = r.T
+        return np.sum(t[1:] ** 2)
+    x = np.linspace(0.2, 0.9, 5)
+    np.testing.assert_allclose(sparsegrad.hessian(f)(x).toarray(), reference_hessian(f, x),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_the_argument_is_not_changed():
+    def f(x):
+        x[0] = 5.0
+        return np.sum(x ** 3)
+    x = np.array([1.0, 2.0])
+    H = sparsegrad.hessian(f, trace=False)(x)
+    assert x.tolist() == [1.0, 2.0]
+    np.testing.assert_array_equal(H.toarray(), [[0.0, 0.0], [0.0, 12.0]])
