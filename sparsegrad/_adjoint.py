@@ -79,6 +79,18 @@ def _inner(a):
     return a
 
 
+def _kept(key):
+    """``key`` (an index or a mask) with its plain arrays copied: the sweep
+    reads it after ``f`` returns, when the caller may have changed them."""
+    if type(key) is tuple:
+        return tuple(_kept(k) for k in key)
+    if type(key) is list:
+        return np.array(key)
+    if type(key) is np.ndarray:
+        return key.copy()
+    return _inner(key)
+
+
 def _tape(items):
     tape = None
     for a in items:
@@ -224,6 +236,14 @@ class Adjoint(NDArrayOperatorsMixin):
     def conj(self):
         return self
 
+    def __getattr__(self, name):
+        # (other ndarray methods as their numpy functions: a rule, or a refusal
+        # naming the function)
+        function = getattr(np, name, None)
+        if name.startswith("_") or not hasattr(np.ndarray, name) or not callable(function):
+            raise AttributeError("%r object has no attribute %r" % (type(self).__name__, name))
+        return lambda *args, **kwargs: function(self, *args, **kwargs)
+
     conjugate = conj
 
     def astype(self, dtype, copy=True):
@@ -266,7 +286,7 @@ class Adjoint(NDArrayOperatorsMixin):
 
     def _write(self, key, new, allowed=None):
         self._writable("a write", allowed)
-        inner_key = _inner(key)
+        inner_key = _kept(key)
         if not _basic(key) and _has_duplicates(self.shape, inner_key):
             raise _refused("a write by an index with repeated entries",
                            "numpy keeps one of the values written to a place; write "
@@ -340,7 +360,7 @@ class AdjointArray(Adjoint):
 
     # ---- reads ---------------------------------------------------------------
     def __getitem__(self, key):
-        inner_key = _inner(key)
+        inner_key = _kept(key)
         result = self.inner[inner_key]
         shape, like = self.shape, self.inner
         if _basic(key):
@@ -440,13 +460,16 @@ def _into(out, result):
 
 # ---------------------------------------------------------------- ufuncs
 
-def _ufunc(ufunc, inputs, operator=False):
+def _ufunc(ufunc, inputs, operator=False, product=None):
+    """``ufunc(*inputs)`` (by the operator ``**`` for ``operator``; by
+    ``product``, np.dot, for a matrix product that is not np.matmul)."""
     tape = _tape(inputs)
     inner = [_inner(a) for a in inputs]
     if operator:
         value = inner[0] ** inner[1]
     elif ufunc is np.matmul:
-        value = _matmul(*inner)
+        sparse = any(scipy.sparse.issparse(a) for a in inner)
+        value = (_matmul if product is None or sparse else product)(*inner)
     else:
         value = ufunc(*inner)
     kind = _dtype(value).kind
@@ -457,6 +480,8 @@ def _ufunc(ufunc, inputs, operator=False):
                        "Hessians are of real functions of real arguments")
     traced = [i for i, a in enumerate(inputs) if isinstance(a, Adjoint)]
     shapes = [np.shape(a) for a in inner]
+    inner = [a if isinstance(b, Adjoint) else _at_precision(a, value.dtype)
+             for a, b in zip(inner, inputs)]
     parents = []
     if ufunc in rules.PIECEWISE_CONSTANT:
         pass
@@ -480,6 +505,9 @@ def _ufunc(ufunc, inputs, operator=False):
                                i), "an integer argument carries no derivative")
             if callable(partial):
                 partial = partial(*inner, value)
+                if any(partial is c for c, b in zip(inner, inputs)
+                       if not isinstance(b, Adjoint)):
+                    partial = partial.copy()   # (the caller's array: it may change)
             elif partial == 0:
                 continue
             parents.append((inputs[i].node, _scaled(partial, shapes[i])))
@@ -487,6 +515,20 @@ def _ufunc(ufunc, inputs, operator=False):
         reason = rules.UNSUPPORTED.get(ufunc, "no derivative rule")
         raise _refused("numpy." + ufunc.__name__, reason)
     return _new(value, tape, parents)
+
+
+def _at_precision(constant, dtype):
+    """A constant of a ufunc as its rules take it: numbers and narrower inexact
+    or integer arrays in the result's precision (a float32 divisor's partial
+    is then a float64 one)."""
+    if isinstance(constant, (bool, np.bool_)) or scipy.sparse.issparse(constant):
+        return constant
+    if isinstance(constant, numbers.Number):
+        return dtype.type(constant)
+    if isinstance(constant, (np.ndarray, np.generic)) and constant.dtype != dtype and \
+            constant.dtype.kind in "biuf" and np.can_cast(constant.dtype, dtype):
+        return constant.astype(dtype)
+    return constant
 
 
 def _masked(mask, shape):
@@ -514,9 +556,9 @@ def _matmul_vjp(i, inner):
             return lambda g: g * b
         if np.ndim(b) == 1:
             return lambda g: np.reshape(g, (-1, 1)) * np.reshape(b, (1, -1))
-        bt = b.T
         if np.ndim(a) == 1:
-            return lambda g: _matmul(bt, g)
+            return lambda g: _matmul(b, g)
+        bt = b.T
         return lambda g: _matmul(g, bt)
     if np.ndim(a) == 1 and np.ndim(b) == 1:
         return lambda g: g * a
@@ -533,7 +575,7 @@ def _ufunc_at(ufunc, target, index, values=None):
         raise _refused("numpy.%s.at into a plain numpy array" % ufunc.__name__,
                        "make the array with np.zeros(shape, like=x)")
     target._writable("numpy.%s.at" % ufunc.__name__)
-    inner_key = _inner(index)
+    inner_key = _kept(index)
     inner = target.inner.copy()
     ufunc.at(inner, inner_key, _inner(values))
     parents = [(target.node, _identity)]
@@ -590,17 +632,52 @@ def _cumsum(a, axis=None, dtype=None, out=None):
     return _into(out, _new(value, a.tape, ((a.node, vjp),)))
 
 
+def _selection(argfunction, function):
+    """``np.max`` / ``np.min``: each result the first element reaching it (as
+    ``np.argmax`` finds it), a movement of the elements."""
+    name = "numpy." + function.__name__
+
+    def reduction(a, axis=None, out=None, keepdims=False, **kwargs):
+        _no_options(name, kwargs)
+        inner = _inner(a)
+        value = function(inner, axis=axis, keepdims=keepdims)
+        if not isinstance(a, Adjoint):
+            return _into(out, value)
+        shape, size = a.shape, a.size
+        axes = (tuple(range(len(shape))) if axis is None
+                else normalize_axis_tuple(axis, len(shape)))
+        plain = np.asarray(getattr(inner, "value", inner))
+        positions = np.arange(1, size + 1, dtype=np.int64).reshape(shape)
+        ends = tuple(range(-len(axes), 0))
+        lines = np.moveaxis(plain, axes, ends).reshape(
+            np.moveaxis(plain, axes, ends).shape[:len(shape) - len(axes)] + (-1,))
+        chosen = argfunction(lines, axis=-1)[..., None]
+        moved = np.moveaxis(positions, axes, ends).reshape(lines.shape)
+        where = np.take_along_axis(moved, chosen, -1).reshape(-1)
+        vjp = _gathered_back(where, 1, size, shape, inner)
+        return _into(out, _new(value, a.tape, ((a.node, lambda g: vjp(np.reshape(g, -1))),)))
+    return reduction
+
+
+def _plain_result(function):
+    """A numpy function whose result carries no derivative (indices, truth
+    values), of the arrays' values."""
+    def plain(*args, **kwargs):
+        return function(*_inner(list(args)), **{k: _inner(v) for k, v in kwargs.items()})
+    return plain
+
+
 def _dot(a, b, out=None):
     if np.ndim(_inner(a)) == 0 or np.ndim(_inner(b)) == 0:
         return _into(out, a * b)
-    return _into(out, _ufunc(np.matmul, (a, b)))
+    return _into(out, _ufunc(np.matmul, (a, b), product=np.dot))
 
 
 def _where(condition, *branches):
     if not branches:
         return np.nonzero(_inner(condition))
     a, b = branches
-    condition = _inner(condition)
+    condition = _kept(condition)
     value = np.where(condition, _inner(a), _inner(b))
     tape = _tape((a, b))
     if tape is None:
@@ -658,6 +735,11 @@ def _norm(x, ord=None, axis=None, keepdims=False):
     return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
 
 
+def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _no_options("numpy.trace", {"dtype": dtype})
+    return _into(out, np.sum(np.diagonal(a, offset, axis1, axis2), axis=-1))
+
+
 def _vdot(a, b):
     return np.sum(np.ravel(a) * np.ravel(b))
 
@@ -674,7 +756,7 @@ _VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squee
           np.broadcast_to, np.atleast_1d, np.atleast_2d, np.atleast_3d}
 _MOVEMENTS = _VIEWS | {np.roll, np.tile, np.repeat, np.take, np.take_along_axis, np.pad,
                        np.triu, np.tril, np.concatenate, np.stack, np.hstack, np.vstack,
-                       np.dstack, np.column_stack, np.append, np.delete, np.resize}
+                       np.dstack, np.column_stack, np.append, np.delete, np.resize, np.diag}
 
 
 def _moved(func, args, kwargs):
@@ -745,16 +827,21 @@ def _gathered_back(flat, start, size, shape, like):
 
 _CREATION = {np.zeros: np.zeros, np.ones: np.ones, np.empty: np.zeros, np.full: np.full}
 
-FUNCTIONS = {
+FUNCTIONS = {f: _plain_result(f) for f in (
+    np.argmax, np.argmin, np.argsort, np.any, np.all, np.nonzero, np.count_nonzero,
+    np.isclose, np.allclose, np.array_equal, np.searchsorted, np.flatnonzero)}
+FUNCTIONS.update({
     np.sum: _sum_function, np.mean: _mean, np.cumsum: _cumsum, np.dot: _dot,
     np.matmul: lambda a, b, **kw: _into(kw.pop("out", None), _ufunc(np.matmul, (a, b))),
     np.where: _where, np.clip: _clip, np.copy: _copy, np.diff: _diff,
-    np.linalg.norm: _norm, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
+    np.linalg.norm: _norm, np.trace: _trace, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
     np.zeros_like: _like(np.zeros_like), np.ones_like: _like(np.ones_like),
     np.empty_like: _like(np.zeros_like), np.full_like: _like(np.full_like),
+    np.max: _selection(np.argmax, np.max), np.amax: _selection(np.argmax, np.max),
+    np.min: _selection(np.argmin, np.min), np.amin: _selection(np.argmin, np.min),
     np.shape: lambda a: np.shape(_inner(a)), np.ndim: lambda a: np.ndim(_inner(a)),
     np.size: lambda a, axis=None: np.size(_inner(a), axis),
-}
+})
 
 
 def gradient_and_value(f, args, kwargs, position):

@@ -278,3 +278,67 @@ def test_the_argument_is_not_changed():
     H = sparsegrad.hessian(f, trace=False)(x)
     assert x.tolist() == [1.0, 2.0]
     np.testing.assert_array_equal(H.toarray(), [[0.0, 0.0], [0.0, 12.0]])
+
+
+C5 = np.array([[-1.25, 1.0, 1.5], [-2.0, -1.5, -1.5], [1.25, -0.25, -1.5]])
+C8 = np.array([[0.25, 1.5, -1.25], [1.25, 1.0, 2.0], [1.5, -0.75, 2.0], [-1.25, 0.5, -1.5],
+               [-1.25, 2.0, 1.0], [-1.0, 1.0, 0.75], [0.75, -1.5, -0.25], [-1.25, -0.75, 0.75]])
+
+
+def squares(f):
+    def s(x):
+        y = f(x)
+        return np.sum(y) + np.sum(y * y) / 2
+    return s
+
+
+@pytest.mark.parametrize("f, x", [
+    # np.dot's value is numpy's np.dot (BLAS), not np.matmul's
+    (lambda x: np.dot(C5, np.broadcast_to(1.0 + np.reshape(x, ()), (3,))), np.array([0.8675])),
+    # a vector times a matrix: the transpose of the product is the matrix times g
+    (lambda x: x @ C8, np.linspace(-1.0, 1.0, 8)),
+    (lambda x: C8.T @ np.exp(x), np.linspace(-1.0, 1.0, 8)),
+    # a float32 divisor: its partial in double precision, as the value's
+    (lambda x: np.roll(x, -3) / np.float32(0.75), np.linspace(-0.7, 0.3, 6)),
+    # max and min, as functions and methods, by axis
+    (lambda x: x.reshape(2, 3).max(axis=0) * np.min(x) + np.amax(x ** 2, keepdims=True),
+     np.array([0.3, 1.2, -0.5, 0.9, 0.1, 2.0])),
+    (lambda x: np.trace(np.outer(x, x)) * np.diag(np.diag(np.outer(x, x[::-1])))[1],
+     np.linspace(0.2, 0.9, 4)),
+])
+def test_drawn_programs(f, x):
+    s = squares(f)
+    value, gradient, H = sparsegrad.value_grad_and_hessian(s)(x)
+    assert value == s(x)
+    np.testing.assert_allclose(gradient, sparsegrad.gradient(s, trace=False)(x), rtol=1e-14,
+                               atol=1e-14)
+    np.testing.assert_allclose(H.toarray(), reference_hessian(s, x), rtol=1e-6, atol=1e-6)
+
+
+def test_constants_changed_after_the_call_do_not_change_the_result():
+    c = np.array([1.0, 2.0, 3.0])
+    index = np.array([2, 0])
+    mask = np.array([True, False, True])
+
+    def f(x):
+        y = np.sum(x * c * x[index].sum() * np.where(mask, x, 0.0))
+        c[:] = 0.0
+        index[:] = 1
+        mask[:] = False
+        return y
+    def unchanged(x):
+        return np.sum(x * np.array([1.0, 2.0, 3.0]) * x[np.array([2, 0])].sum()
+                      * np.where(np.array([True, False, True]), x, 0.0))
+    x = np.array([1.0, 2.0, 3.0])
+    H = sparsegrad.hessian(f, trace=False)(x)
+    np.testing.assert_allclose(H.toarray(), reference_hessian(unchanged, x), rtol=1e-6,
+                               atol=1e-6)
+
+
+def test_other_ndarray_methods_are_numpy_functions():
+    x = np.linspace(0.2, 0.9, 4)
+    assert sparsegrad.hessian(lambda x: x.max() ** 3 + float(x.argmax()))(x)[3, 3] == 6 * 0.9
+    with pytest.raises(UnsupportedOperationError, match="numpy.prod"):
+        sparsegrad.hessian(lambda x: x.prod())(x)
+    with pytest.raises(AttributeError):
+        sparsegrad.hessian(lambda x: x.no_such_method())(x)

@@ -14,6 +14,15 @@ shapes and values (1-d, or n-d arguments: the Jacobian's columns follow
 step, recorded against eager).
 
 ``unsupported`` programs: every mode raises a ``TypeError``.
+
+Hessians, of a third of the float64 programs of both families (at the first
+point): of ``s(x) = sum(y) + sum(y * y) / 2`` for the program's ``y = f(x)``,
+``sparsegrad.value_grad_and_hessian`` gives numpy's value of ``s`` bit for
+bit, the gradient of ``sparsegrad.gradient`` (forward mode) to rounding, and
+a Hessian that matches the complex step and central differences of that
+gradient, symmetric bit for bit, inside ``hessian_sparsity``, ``hvp``'s
+products, and the same bits by both engines; or it refuses with a
+``TypeError`` naming what it does not differentiate twice.
 """
 import collections
 import re
@@ -30,7 +39,7 @@ from .programs import ND_TAGS, quiet
 
 #: oracle names, in the order they are checked
 ORACLES = ("exception", "value", "jacobian", "pattern", "pattern_values", "jvp", "trace",
-           "refusal", "harness")
+           "refusal", "hessian", "harness")
 
 #: tags under which the complex step is not the derivative
 NOT_ANALYTIC = frozenset({"complex_intermediate"})
@@ -195,7 +204,7 @@ def _kink_explains(f, x, dense, rtol):
     return bool(np.all((np.abs(dense - right) <= tol) | (np.abs(dense - left) <= tol)))
 
 
-def _check_jacobian(program, f, x, y, outcome, call=None):
+def _check_jacobian(program, f, x, y, outcome, call=None, oracle="jacobian"):
     """``y``'s Jacobian against the complex step and central differences at ``x``."""
     if not program.finite_at(x):
         # (an inf or nan on the way, at a later point of a recorded program: the
@@ -241,7 +250,7 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
     for reference, rtol, name in references:
         why = _jacobian_difference(y, reference, rtol, np.iscomplexobj(x))
         if why is None:
-            outcome.counts["jacobian by " + name] += 1
+            outcome.counts["%s by %s" % (oracle, name)] += 1
             return
         if why.startswith("Jacobian differs"):
             second = _second_look(program, f, x, y, reference, rtol, name)
@@ -253,7 +262,7 @@ def _check_jacobian(program, f, x, y, outcome, call=None):
                 continue
         failures.append("against %s: %s" % (name, why))
     if failures:
-        outcome.fail("jacobian", "; ".join(failures), call)
+        outcome.fail(oracle, "; ".join(failures), call)
 
 
 def _jacobian_difference(y, reference, rtol, complex_seed):
@@ -466,12 +475,78 @@ def _general(program, outcome):
               ("jvp", lambda: _check_jvp(program, f, x, y, expected, outcome))]
     if program.dtype == np.float64:
         checks.append(("value_and_jacobian", lambda: _check_engines(f, x, outcome)))
+        checks.append(("hessian", lambda: _check_hessian(program, f, x, outcome)))
     for mode, run in checks:
         try:
             run()
         except Exception as exc:
             outcome.fail("exception", "%s: %s: %s" % (mode, type(exc).__name__,
                                                        str(exc)[:300]))
+
+
+def _objective(f):
+    """The scalar ``s(x)`` whose Hessian is checked: every output of ``f`` enters
+    it linearly and squared, so every second derivative of ``f`` shows."""
+    def s(x):
+        y = f(x)
+        return np.sum(y) + np.sum(y * y) / 2
+    return s
+
+
+def _check_hessian(program, f, x, outcome):
+    """The Hessian oracles (module docstring) for one float64 point."""
+    if program.seed % 3 or not program.finite_at(x):
+        return
+    s = _objective(f)
+    with quiet():
+        expected = s(x.copy())
+    if np.ndim(expected) != 0 or np.asarray(expected).dtype != np.float64:
+        return
+    try:
+        with quiet():
+            value, gradient, H = sparsegrad.value_grad_and_hessian(s, trace=False)(x.copy())
+    except TypeError as exc:
+        outcome.counts["hessian refused: %s" % re.sub(r"\d+", "#", str(exc))[:60]] += 1
+        return
+    except Exception as exc:
+        outcome.fail("hessian", "%s: %s" % (type(exc).__name__, str(exc)[:300]))
+        return
+    outcome.counts["hessian"] += 1
+    why = _value_difference(value, expected)
+    if why:
+        outcome.fail("hessian", "the value " + why)
+    forward_gradient = sparsegrad.gradient(s, trace=False)
+    with quiet():
+        reference = forward_gradient(x.copy())
+    scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
+    if not np.all(np.abs(gradient - reference) <= 1e-12 * scale + 1e-12 * np.abs(reference)):
+        outcome.fail("hessian", "the gradient differs from forward mode's: %s against %s"
+                     % (_short(gradient), _short(reference)))
+    _check_jacobian(program, forward_gradient, x, _Evaluated(gradient, H), outcome,
+                    oracle="hessian")
+    transposed = H.T.tocsr()
+    transposed.sort_indices()
+    if not (np.array_equal(transposed.indptr, H.indptr)
+            and np.array_equal(transposed.indices, H.indices)
+            and np.array_equal(transposed.data, H.data, equal_nan=True)):
+        outcome.fail("hessian", "not symmetric bit for bit")
+    with quiet():
+        pattern = sparsegrad.hessian_sparsity(s, x.copy())
+        recorded = sparsegrad.hessian(s, trace=True)(x.copy())
+        v = np.linspace(-1.0, 1.0, x.size).reshape(x.shape)
+        product = sparsegrad.hvp(s)(x.copy(), v)
+        dense = H.toarray()
+        expected_product = dense @ v.ravel()
+    if (_pattern(H) & ~_pattern(pattern)).any():
+        outcome.fail("hessian", "hessian_sparsity misses stored entries")
+    if not (np.array_equal(recorded.indices, H.indices)
+            and np.array_equal(recorded.data, H.data, equal_nan=True)):
+        outcome.fail("hessian", "trace=True gives other bits than trace=False")
+    size = max(1.0, float(np.max(np.abs(dense), initial=0.0))) * x.size
+    if np.all(np.isfinite(dense)) and not np.all(
+            np.abs(product.ravel() - expected_product) <= 1e-10 * size):
+        outcome.fail("hessian", "hvp gives %s, H @ v %s" % (_short(product),
+                                                           _short(expected_product)))
 
 
 def _check_engines(f, x, outcome):
@@ -503,6 +578,7 @@ def _recorded(program, outcome):
         if np.all(np.isfinite(expected)):
             y = _Evaluated(e[0], e[1])
             _check_jacobian(program, f, x, y, outcome, k)
+    _check_hessian(program, f, program.points[0], outcome)
     info = recorded.cache_info()
     outcome.counts["recorded calls: compiled"] += info.misses
     outcome.counts["recorded calls: by a program"] += info.hits
