@@ -1,6 +1,7 @@
 """The demo in examples/ runs, converges and passes its own numerical checks."""
 import importlib.util
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -140,3 +141,44 @@ def test_heat_sensitivity_matches_finite_differences():
     assert result["newton_fd_rel_error"] < 1e-7
     # more conductive material cools the plate everywhere
     assert np.all(result["mean_temperature_sensitivity"] < 0)
+
+
+def test_optimal_control_matches_the_reduced_solution():
+    pytest.importorskip("cyipopt")
+    result = _load("optimal_control").main(n=10, verbose=False)
+    assert result["status"] == 0 and result["iterations"] <= 3  # a quadratic problem
+    assert result["constraint_rel_residual"] < 1e-12
+    assert result["kkt_rel_residual"] < 1e-10
+    assert result["control_rel_error"] < 1e-10
+
+
+def test_optimal_control_semilinear_with_control_bounds():
+    pytest.importorskip("cyipopt")
+    result = _load("optimal_control").main(n=8, kappa=10.0, umax=20.0, verbose=False)
+    assert result["status"] == 0
+    assert 0 < result["active_bounds"] < 64
+    assert np.max(np.abs(result["u"])) <= 20.0 * (1 + 1e-8)
+    assert result["constraint_rel_residual"] < 1e-8
+    assert result["kkt_rel_residual"] < 1e-9
+
+
+def test_optimal_control_without_cyipopt_says_so(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "cyipopt", None)
+    result = _load("optimal_control").main(n=4)
+    assert "skipped" in result
+    assert "pip install cyipopt" in capsys.readouterr().out
+
+
+def test_finite_element_energy_newton_finds_the_manufactured_minimiser():
+    result = _load("finite_element_energy").main(n=8, verbose=False)
+    assert result["stiffness_rel_error"] < 1e-13
+    # the 7-point stencil of P1 on 7 x 7 interior nodes: the diagonal, the
+    # pairs of neighbours along x, along y and along the triangles' diagonal
+    assert result["hessian_nnz"] == 49 + 2 * (42 + 42 + 36)
+    energies = result["energies"]
+    assert np.all(np.diff(energies) <= 1e-13 * abs(energies[-1]))
+    assert result["iterations"] <= 12
+    assert result["gradient_norms"][-1] <= 1e-10 * result["gradient_norms"][0]
+    assert result["error"] < 1e-11
+    assert result["gradient_fd_rel_error"] < 1e-6
+    assert result["hvp_fd_rel_error"] < 1e-6
