@@ -39,7 +39,7 @@ import sparsegrad
 from sparsegrad import forward
 
 from . import hand_coded, problems
-from .ratios import FIXED_COST_SIZES, LARGE_SIZES, measure_times, memory_ratio
+from .ratios import FIXED_COST_SIZES, LARGE_SIZES, measure_hessian, measure_times, memory_ratio
 
 
 class _Suite:
@@ -207,6 +207,34 @@ class ShallowWaterByHand:
         return measure_times(self.residual, self.x0, repeats=_Ratios.ratio_repeats,
                              min_time=_Ratios.ratio_min_time, sparsity=False,
                              by_hand=self.jacobian)["by_hand_ratio_pool"]
+
+
+class MinimalSurfaceHessian:
+    """The minimal-surface energy's value, gradient and Hessian
+    (``sparsegrad.value_grad_and_hessian``, the default engine) beside the
+    numpy energy; ``track_hessian_ratio`` is their ratio as the ratios script
+    measures it (``python -m asv_benchmarks.ratios --hessians``)."""
+
+    param_names = ["size"]
+    params = [list(problems.ENERGIES["minsurf"].sizes)]
+    timeout = 600
+
+    def setup(self, n):
+        self.energy, self.x0 = problems.ENERGIES["minsurf"].setup(n)
+        self.hessian = sparsegrad.value_grad_and_hessian(self.energy)
+        self.hessian(self.x0)
+
+    def time_energy(self, n):
+        self.energy(self.x0)
+
+    def time_value_grad_and_hessian(self, n):
+        self.hessian(self.x0)
+
+    def track_hessian_ratio(self, n):
+        return measure_hessian("minsurf", n, repeats=_Ratios.ratio_repeats,
+                               min_time=_Ratios.ratio_min_time)["ratio"]
+
+    track_hessian_ratio.unit = "ratio"
 
 
 class FixedCost:

@@ -27,11 +27,17 @@ Problems (``PROBLEMS`` maps the short key to the problem):
 ``bratu``  2-d Bratu on an ``n x n`` interior grid with zero Dirichlet boundary, n^2 unknowns
 ``dd``     1-d drift-diffusion (Poisson + electron and hole continuity with
            Scharfetter-Gummel fluxes) on ``n`` nodes, 3 n unknowns
+
+Energies (``ENERGIES``), scalar functions whose Hessians are benchmarked,
+with the same ``setup(n) -> (energy, x0)``:
+
+``minsurf``  the 2-d minimal-surface (area) functional on an ``n x n`` interior
+             grid with a fixed boundary, n^2 unknowns
 """
 import numpy as np
 
 __all__ = ["Problem", "PROBLEMS", "ShallowWater", "PoissonBoltzmann", "Bratu",
-           "DriftDiffusion", "bernoulli", "get"]
+           "DriftDiffusion", "MinimalSurface", "ENERGIES", "bernoulli", "get"]
 
 
 class Problem:
@@ -336,6 +342,52 @@ class DriftDiffusion(Problem):
 
 
 PROBLEMS = {p.key: p for p in (ShallowWater(), PoissonBoltzmann(), Bratu(), DriftDiffusion())}
+
+
+# ---------------------------------------------------------------- energies
+
+class MinimalSurface(Problem):
+    """The area of the graph of ``u`` over the unit square, ``sum(h^2 sqrt(1 +
+    |grad u|^2))`` over the cells, the gradient of each cell from its four
+    corners; ``n x n`` interior nodes (``h = 1/(n+1)``), the boundary fixed
+    to Scherk-like data ``sin(pi s) cos(pi t)``.  About 9 nonzeros per row
+    of the Hessian.
+    """
+
+    key = "minsurf"
+    name = "minimal surface"
+    sizes = (300, 1000)
+    size_label = "grid n (n x n unknowns)"
+
+    def unknowns(self, n):
+        return n * n
+
+    def size_text(self, n):
+        return "%dx%d" % (n, n)
+
+    def setup(self, n, xp=np):
+        h = 1.0 / (n + 1)
+        t = np.linspace(0.0, 1.0, n + 2)
+        boundary = np.sin(np.pi * t)[:, None] * np.cos(np.pi * t)[None, :]
+        boundary[1:-1, 1:-1] = 0.0
+        boundary = xp.asarray(boundary)
+
+        def energy(x):
+            U = np.pad(x.reshape(n, n), 1) + boundary
+            east = U[1:, 1:] - U[1:, :-1]
+            west = U[:-1, 1:] - U[:-1, :-1]
+            north = U[1:, 1:] - U[:-1, 1:]
+            south = U[1:, :-1] - U[:-1, :-1]
+            ux = (east + west) / (2 * h)
+            uy = (north + south) / (2 * h)
+            return h * h * np.sum(np.sqrt(1.0 + ux * ux + uy * uy))
+
+        s = np.arange(1, n + 1) * h
+        x0 = xp.asarray((np.sin(np.pi * s)[:, None] * np.cos(np.pi * s)[None, :]).ravel())
+        return energy, x0
+
+
+ENERGIES = {p.key: p for p in (MinimalSurface(),)}
 
 
 def get(key):

@@ -12,6 +12,7 @@ Run from the repository root::
     python -m asv_benchmarks.ratios --no-pool                # without sparsegrad's memory pool
     python -m asv_benchmarks.ratios --residual-in-pool       # residual fault-free too
     python -m asv_benchmarks.ratios --threads 1              # merges in one thread
+    python -m asv_benchmarks.ratios --hessians               # Hessians of the energies
 
 For each problem and size it prints, all measured in this one process:
 
@@ -85,9 +86,13 @@ __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "S
            "scaling", "scaling_steps",
            "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "FIRST_CALL_TARGET",
            "RECORDED_FIXED_COST_TARGET", "ENGINE_TARGETS", "measure_first_call",
-           "measure_floor", "run", "main"]
+           "measure_floor", "HESSIAN_TARGET", "measure_hessian", "report_hessians", "run",
+           "main"]
 
 # ---------------------------------------------------------------- speed targets
+
+#: value, gradient and Hessian / energy, repeated calls, for every energy and size
+HESSIAN_TARGET = 4.0
 
 #: value+Jacobian / residual targets, by (problem key, size)
 TARGETS = {
@@ -515,6 +520,58 @@ def measure_first_call(key, n, rounds=3):
     return ratio, statistics.median(times[True]), statistics.median(times[False])
 
 
+def measure_hessian(key, n, repeats=7, min_time=0.02):
+    """Times of ``value_grad_and_hessian`` of energy ``key`` at size ``n``
+    against the numpy energy, both engines alternated with it: the medians
+    (``energy``, ``recorded``, ``eager``), the medians of the per-repeat
+    ratios (``ratio``: the default engine, ``eager_ratio``), the first call
+    of a new function from emptied caches (``first``, seconds) and the
+    Hessian's ``nnz``."""
+    import sparsegrad
+    energy, x0 = _problems.ENERGIES[key].setup(n)
+    sparsegrad.clear_structure_cache()
+    sparsegrad.release_memory_pool()
+    gc.collect()
+    evaluate = sparsegrad.value_grad_and_hessian(lambda x: energy(x))
+    start = time.perf_counter()
+    H = evaluate(x0)[2]
+    first = time.perf_counter() - start
+    funcs = {"energy": lambda: energy(x0), "recorded": lambda: evaluate(x0),
+             "eager": functools.partial(sparsegrad.value_grad_and_hessian(energy, trace=False),
+                                        x0)}
+    for f in funcs.values():
+        f()
+    loops = {name: _loops(f, min_time) for name, f in funcs.items()}
+    samples = {name: [] for name in funcs}
+    for _ in range(repeats):
+        for name, f in funcs.items():
+            samples[name].append(_sample(f, loops[name]))
+    out = {name: statistics.median(v) for name, v in samples.items()}
+    out["ratio"] = statistics.median(r / e for r, e in zip(samples["recorded"],
+                                                            samples["energy"]))
+    out["eager_ratio"] = statistics.median(r / e for r, e in zip(samples["eager"],
+                                                                  samples["energy"]))
+    out.update(key=key, n=n, first=first, nnz=int(H.nnz),
+               reason=evaluate.cache_info().reason)
+    return out
+
+
+def report_hessians(results, out=print):
+    """Print the Hessian section of the report."""
+    out("Hessians: value, gradient and Hessian / the numpy energy, repeated calls "
+        "(target %.1fx)" % HESSIAN_TARGET)
+    out("%-28s %10s %9s %9s %9s %10s %10s" % ("energy", "energy", "default", "ratio",
+                                              "eager", "first", "nnz(H)"))
+    for r in results:
+        problem = _problems.ENERGIES[r["key"]]
+        out("%-28s %9.2fms %8.2fms %8.2fx %8.2fx %9.3fs %10d  %s" % (
+            problem.label(r["n"]), 1e3 * r["energy"], 1e3 * r["recorded"], r["ratio"],
+            r["eager_ratio"], r["first"], r["nnz"],
+            _mark(r["ratio"] <= HESSIAN_TARGET)))
+        if r["reason"]:
+            out("    (the default engine computed it by forward.seed: %s)" % r["reason"])
+
+
 def scaling(results, growths=None):
     """Linear-scaling checks between consecutive sizes of each problem.
 
@@ -774,7 +831,8 @@ def _parse_sizes(specs):
     sizes = {}
     for spec in specs or ():
         key, _, values = spec.partition("=")
-        _problems.get(key)
+        if key not in _problems.ENERGIES:
+            _problems.get(key)
         sizes[key] = [int(float(v)) for v in values.split(",") if v]
     return sizes
 
@@ -809,6 +867,11 @@ def main(argv=None):
     parser.add_argument("--no-pool", action="store_true",
                         help="turn sparsegrad's memory pool off (memory_pool_limit(0)) to "
                              "see what it gains; on by default, as for users")
+    parser.add_argument("--hessians", action="store_true",
+                        help="only the Hessians of the energies (%s) at sizes %s"
+                        % (",".join(_problems.ENERGIES), ",".join(
+                            "%s=%s" % (k, ",".join(map(str, p.sizes)))
+                            for k, p in _problems.ENERGIES.items())))
     parser.add_argument("--threads", type=int, metavar="N",
                         help="threads for sparsegrad's merges (sparsegrad.set_num_threads; "
                              "default: SPARSEGRAD_NUM_THREADS or min(4, CPUs))")
@@ -822,10 +885,23 @@ def main(argv=None):
         if not sparsegrad.keep_freed_memory():
             print("keep_freed_memory: not glibc, nothing changed")
 
+    sizes = _parse_sizes(args.size)
+    if args.hessians:
+        repeats = args.repeats or (3 if args.quick else 7)
+        min_time = args.min_time if args.min_time is not None else (
+            0.005 if args.quick else 0.02)
+        results = [measure_hessian(k, n, repeats, min_time) for k, p in
+                   _problems.ENERGIES.items() for n in sizes.get(k, p.sizes)]
+        report_hessians(results)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"environment": environment(), "hessians": results}, f, indent=1)
+                f.write("\n")
+        failed = any(r["ratio"] > HESSIAN_TARGET for r in results)
+        return 1 if (args.strict and failed) else 0
     keys = [k for k in args.problems.split(",") if k]
     for k in keys:
         _problems.get(k)
-    sizes = _parse_sizes(args.size)
     if args.large:
         keys = [k for k in keys if k in LARGE_SIZES]
         sizes = dict(LARGE_SIZES, **sizes)

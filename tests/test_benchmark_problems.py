@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+import sparsegrad
 from sparsegrad import forward
 from sparsegrad.testing import numerical_jacobian
 
@@ -346,3 +347,32 @@ def test_large_asv_classes_run_the_sizes_of_ratios_large():
     bench.ratio_repeats, bench.ratio_min_time = 2, 0.0
     bench.setup(TINY["bratu"])
     assert bench.track_jacobian_ratio(TINY["bratu"]) > 0
+
+
+def test_minimal_surface_energy_and_its_hessian_benchmarks():
+    problem = problems.ENERGIES["minsurf"]
+    energy, x0 = problem.setup(4)
+    assert x0.shape == (16,) and problem.sizes == (300, 1000)
+    gradient = sparsegrad.gradient(energy, trace=False)
+    H = sparsegrad.hessian(energy)(x0)
+    np.testing.assert_allclose(H.toarray(), numerical_jacobian(gradient, x0, method="central"),
+                               rtol=1e-6, atol=1e-8)
+    assert H.nnz == 16 + 2 * (2 * 4 * 3) + 2 * (2 * 3 * 3)     # 9-point stencil
+    result = ratios.measure_hessian("minsurf", 4, repeats=1, min_time=0.0)
+    assert result["nnz"] == H.nnz and result["ratio"] > 0 and result["eager_ratio"] > 0
+    lines = []
+    ratios.report_hessians([result], out=lines.append)
+    assert lines[2].startswith("minimal surface 4x4")
+    bench = benchmarks.MinimalSurfaceHessian()
+    bench.setup(4)
+    bench.time_energy(4)
+    bench.time_value_grad_and_hessian(4)
+
+
+def test_ratios_script_hessians(tmp_path, capsys):
+    path = str(tmp_path / "h.json")
+    assert ratios.main(["--hessians", "--quick", "--size", "minsurf=3", "--json", path]) == 0
+    assert "minimal surface 3x3" in capsys.readouterr().out
+    with open(path) as f:
+        data = json.load(f)
+    assert [(r["key"], r["n"]) for r in data["hessians"]] == [("minsurf", 3)]
