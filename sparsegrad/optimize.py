@@ -6,7 +6,8 @@ pass (:func:`sparsegrad.value_and_jacobian`), solves the Newton system with a
 sparse direct solver or a preconditioned Krylov method, and damps the step by
 backtracking on the residual norm.  Failures (divergence, singular Jacobian,
 non-finite residual, iteration limit) are reported in the result, never
-raised and never hung on.
+raised and never hung on.  :func:`minimize` minimises a scalar function by
+Newton's method with its exact sparse Hessian (``sparsegrad._minimize``).
 
 >>> import numpy as np
 >>> from sparsegrad.optimize import newton
@@ -27,9 +28,10 @@ from scipy.optimize import OptimizeResult
 
 from . import _backend
 from ._api import _value_and_jacobian, extra_arguments
+from ._minimize import minimize
 from ._value import is_forward as _is_forward
 
-__all__ = ["newton", "OptimizeResult", "direct_solvers"]
+__all__ = ["newton", "minimize", "OptimizeResult", "direct_solvers"]
 
 #: ``result.status`` values and their meaning
 STATUS = {
