@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from sparsegrad import _composite, _functions, _ufunc_rules as rules, _ufuncs  # noqa: E402
+from sparsegrad import _adjoint, _composite, _functions, _ufunc_rules as rules, _ufuncs  # noqa: E402
 
 TARGET = ROOT / "docs" / "supported.md"
 
@@ -301,8 +301,44 @@ def generate():
         "",
     ]
     out += _bullets(pass_through)
+    out += _hessian_section()
     out.append("")
     return "\n".join(out)
+
+
+def _hessian_section():
+    """What functions differentiated twice (``sparsegrad.hessian``) may call."""
+    values_only = [f for f, rule in _adjoint.FUNCTIONS.items()
+                   if getattr(rule, "__name__", "") == "plain"]
+    like = [f for f, rule in _adjoint.FUNCTIONS.items()
+            if getattr(rule, "__name__", "") == "like"]
+    differentiated = [f for f in _adjoint.FUNCTIONS if f not in values_only + like]
+    out = [
+        "",
+        "## In functions differentiated twice",
+        "",
+        "`sparsegrad.hessian`, `value_grad_and_hessian`, `hvp` and `hessian_sparsity`",
+        "run `f` on arrays of their own (`sparsegrad/_adjoint.py`) and take a smaller",
+        "set; anything else raises `UnsupportedOperationError` naming it. Real values",
+        "only.",
+        "",
+        "- every ufunc of the tables above except the unsupported ones, called plainly",
+        "  (`out=` into an array made with `like=x`; no `where=`), with the same partial",
+        "  derivatives; `numpy.add.reduce`, `numpy.add.at` and `numpy.subtract.at`",
+        "- the operators, in-place operators, reads by any index, writes by index",
+        "  (each place once) into arrays made by `np.zeros(shape, like=x)` and friends,",
+        "  copies and results; a write through a view, or into an array while a view of",
+        "  it is alive, is refused (`r[1:] += v` is not: it writes back)",
+        "- data movements, transposed by the positions they move:",
+    ]
+    out += ["  " + line for line in _bullets(_adjoint._MOVEMENTS)]
+    out += ["- computed with derivatives:"]
+    out += ["  " + line for line in _bullets(differentiated)]
+    out += ["- of the values only (no derivative):"]
+    out += ["  " + line for line in _bullets(values_only)]
+    out += ["- creation (an array to write into; `empty` gives zeros): %s" % ", ".join(
+        _label(f) for f in _sorted(list(_adjoint._CREATION) + like))]
+    return out
 
 
 def main(argv=None):

@@ -364,10 +364,16 @@ class AdjointArray(Adjoint):
         result = self.inner[inner_key]
         shape, like = self.shape, self.inner
         if _basic(key):
-            def vjp(g):
-                z = _zeros(shape, like)
-                z[inner_key] = g
-                return z
+            widths = _pad_widths(key, shape)
+            if widths is not None:
+                # (a block of the array: its transpose pads the adjoint with zeros)
+                def vjp(g):
+                    return np.pad(g, widths)
+            else:
+                def vjp(g):
+                    z = _zeros(shape, like)
+                    z[inner_key] = g
+                    return z
             view = _new(result, self.tape, ((self.node, vjp),), base=self)
             if self.base is None:
                 view.spot = key
@@ -416,6 +422,21 @@ def _basic(key):
     return all(k is None or k is Ellipsis or type(k) is slice
                or (isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_)))
                for k in items)
+
+
+def _pad_widths(key, shape):
+    """``np.pad``'s widths that put a block read by ``key`` (slices of step 1,
+    one per axis or fewer) back in place, or None for other keys."""
+    items = key if type(key) is tuple else (key,)
+    if len(items) > len(shape) or any(type(k) is not slice or k.step not in (None, 1)
+                                      for k in items):
+        return None
+    widths = []
+    for k, n in zip(items + (slice(None),) * (len(shape) - len(items)), shape):
+        start, stop, _ = k.indices(n)
+        stop = max(stop, start)
+        widths.append((start, n - stop))
+    return tuple(widths)
 
 
 def _same_key(a, b):
@@ -812,6 +833,8 @@ def _gathered_back(flat, start, size, shape, like):
     if taken.size == size and np.array_equal(np.sort(taken), np.arange(size)):
         order = np.empty(size, dtype=np.int64)
         order[taken] = places
+        if len(flat) == size and np.array_equal(order, np.arange(size)):
+            return lambda g: np.reshape(g, shape)     # (a reshape)
         return lambda g: np.reshape(np.reshape(g, -1)[order], shape)
     unique = np.unique(taken).size == taken.size
 
@@ -829,7 +852,8 @@ _CREATION = {np.zeros: np.zeros, np.ones: np.ones, np.empty: np.zeros, np.full: 
 
 FUNCTIONS = {f: _plain_result(f) for f in (
     np.argmax, np.argmin, np.argsort, np.any, np.all, np.nonzero, np.count_nonzero,
-    np.isclose, np.allclose, np.array_equal, np.searchsorted, np.flatnonzero)}
+    np.isclose, np.allclose, np.array_equal, np.searchsorted, np.flatnonzero, np.shape,
+    np.ndim, np.size)}
 FUNCTIONS.update({
     np.sum: _sum_function, np.mean: _mean, np.cumsum: _cumsum, np.dot: _dot,
     np.matmul: lambda a, b, **kw: _into(kw.pop("out", None), _ufunc(np.matmul, (a, b))),
@@ -839,8 +863,6 @@ FUNCTIONS.update({
     np.empty_like: _like(np.zeros_like), np.full_like: _like(np.full_like),
     np.max: _selection(np.argmax, np.max), np.amax: _selection(np.argmax, np.max),
     np.min: _selection(np.argmin, np.min), np.amin: _selection(np.argmin, np.min),
-    np.shape: lambda a: np.shape(_inner(a)), np.ndim: lambda a: np.ndim(_inner(a)),
-    np.size: lambda a, axis=None: np.size(_inner(a), axis),
 })
 
 

@@ -50,22 +50,41 @@ def _leading_rows(matrix, n):
                                     matrix.indptr[:n + 1]), shape=(n, matrix.shape[1]))
 
 
+#: ``(indptr, indices, order)`` of the last symmetric pattern met: ``order``
+#: takes each entry (i, j) to the place of (j, i).  Key: the pattern, compared
+#: in full (copies of ``indptr`` and ``indices``); the order depends on nothing
+#: else.  A Newton or optimisation loop meets one pattern at every call.
+_last_order = (None, None, None)
+
+
+def _transposed_order(indptr, indices, n):
+    """The order of the entries of a square CSR pattern's transpose, read in
+    the pattern's own order, or None when the pattern is not symmetric."""
+    global _last_order
+    last_indptr, last_indices, order = _last_order
+    if (last_indptr is not None and np.array_equal(last_indptr, indptr)
+            and np.array_equal(last_indices, indices)):
+        return order
+    nnz = len(indices)
+    places = scipy.sparse.csr_matrix((np.arange(1, nnz + 1), indices, indptr),
+                                     shape=(n, n)).T.tocsr()
+    places.sort_indices()
+    if not (np.array_equal(places.indptr, indptr) and np.array_equal(places.indices, indices)):
+        return None
+    order = places.data - 1
+    _last_order = (indptr.copy(), indices.copy(), order)
+    return order
+
+
 def symmetric(matrix):
     """``(matrix + matrix.T) / 2`` of a square canonical CSR matrix, on the
     union of both patterns with stored zeros kept (scipy's sum drops them);
     for a boolean matrix, the union of the patterns."""
     n = matrix.shape[0]
-    nnz = matrix.nnz
-    # the place of each entry (i, j) in the transpose (j, i) reads, when both
-    # patterns are one (the common case: a gradient's Jacobian)
-    places = scipy.sparse.csr_matrix((np.arange(1, nnz + 1), matrix.indices, matrix.indptr),
-                                     shape=(n, n)).T.tocsr()
-    places.sort_indices()
-    if (np.array_equal(places.indptr, matrix.indptr)
-            and np.array_equal(places.indices, matrix.indices)):
+    order = _transposed_order(matrix.indptr, matrix.indices, n)
+    if order is not None:
         if matrix.dtype == bool:
             return matrix
-        order = places.data - 1
         data = (matrix.data + matrix.data[order]) * 0.5
         return scipy.sparse.csr_matrix((data, matrix.indices.copy(), matrix.indptr.copy()),
                                        shape=(n, n))

@@ -74,7 +74,8 @@ def two_d(u):
 def fancy_reads(x):
     idx = np.array([-1, 0, 0, 3, -2])
     mask = np.array([True, False, True, True, True, True])
-    return np.sum(x[idx] ** 2 * x[mask][:5]) + x[-1] * x[1] ** 3 + np.sum(x[[1, 1, 2]] ** 3)
+    return (np.sum(x[idx] ** 2 * x[mask][:5]) + x[-1] * x[1] ** 3 + np.sum(x[[1, 1, 2]] ** 3)
+            + np.sum(x[3:1] * 2.0) + np.sum(x[-2:0:-2] ** 3) + np.sum(x[None, 1:4, None] ** 4))
 
 
 def in_place(x):
@@ -342,3 +343,25 @@ def test_other_ndarray_methods_are_numpy_functions():
         sparsegrad.hessian(lambda x: x.prod())(x)
     with pytest.raises(AttributeError):
         sparsegrad.hessian(lambda x: x.no_such_method())(x)
+
+
+def test_the_kept_transposition_follows_the_pattern():
+    """``symmetric`` keeps the order of the last symmetric pattern's transpose;
+    it depends on the pattern only: changing ``indptr`` alone or ``indices``
+    alone gives another order, and the result follows."""
+    from sparsegrad._hessian import symmetric
+
+    def check(indptr, indices):
+        data = rng.standard_normal(len(indices))
+        matrix = scipy.sparse.csr_matrix((data, np.array(indices), np.array(indptr)),
+                                         shape=(4, 4))
+        dense = matrix.toarray()
+        result = symmetric(matrix)
+        np.testing.assert_array_equal(result.toarray(), (dense + dense.T) * 0.5)
+        assert result.nnz == ((dense != 0) | (dense.T != 0)).sum()
+    pairs = [0, 2, 4, 6, 8]
+    check(pairs, [0, 1, 0, 1, 2, 3, 2, 3])      # (0, 1) and (2, 3)
+    check(pairs, [0, 2, 1, 3, 0, 2, 1, 3])      # the indices alone changed: (0, 2), (1, 3)
+    check([0, 1, 2, 3, 4], [0, 2, 1, 3])        # a pattern that is not symmetric
+    check([0, 2, 4, 6, 8], [0, 1, 0, 1, 2, 3, 2, 3])
+    check([0, 2, 4, 7, 8], [0, 1, 0, 1, 1, 2, 3, 3][:7] + [2])   # indptr changed
