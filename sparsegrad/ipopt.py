@@ -52,7 +52,7 @@ class _Structure:
     ``values(matrix)``."""
 
     def __init__(self, matrix, lower, what):
-        matrix = scipy.sparse.csr_matrix(matrix)
+        matrix = scipy.sparse.csr_matrix(matrix, copy=True)
         matrix.sort_indices()
         self.what = what
         self.shape = matrix.shape
