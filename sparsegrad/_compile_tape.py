@@ -1386,8 +1386,8 @@ class Program:
         :meth:`scalars` gave)."""
         aux = _run_aux(self.aux_steps, tape, scalars) if self.aux_steps else ()
         # (a mask is read as 0.0 and 1.0)
-        leaves = [(aux[leaf[0][1]] if type(leaf[0]) is tuple else _as_float(tape.values[leaf[0]]),)
-                  + leaf[1:] for leaf in self.leaves]
+        leaves = [(_as_float(aux[leaf[0][1]]) if type(leaf[0]) is tuple
+                   else _as_float(tape.values[leaf[0]]),) + leaf[1:] for leaf in self.leaves]
         return _fast.run_program(self.instructions, self.segments, leaves,
                                  np.array(scalars, dtype=np.float64), self.owners, self.adds,
                                  self.indptr)
@@ -1406,7 +1406,11 @@ def same_index(a, b):
 
 
 def _as_float(values):
-    return values if values.dtype == np.float64 else values.astype(np.float64)
+    """A node's values as the compiled runner reads them: float64, contiguous
+    (a strided view is copied; the runner takes nothing else)."""
+    if values.dtype != np.float64:
+        return values.astype(np.float64)
+    return values if values.flags.c_contiguous else np.ascontiguousarray(values)
 
 
 _NUMPY_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,

@@ -698,3 +698,24 @@ def test_alternating_structures_find_their_own_programs():
     info = g.cache_info()
     assert info.hits + info.misses == 6 and info.hits >= 4 and info.fallbacks == 0
     assert info.programs == 2
+
+
+def test_a_strided_leaf_runs_compiled(monkeypatch):
+    """A value the program reads that is a strided view (a broadcast 0-d value,
+    stride 0) is copied for the compiled runner, which would otherwise hand
+    the whole program to the reference runner (right, but slow)."""
+    if sparsegrad.KERNELS != "compiled":
+        pytest.skip("the compiled runner")
+
+    def refused(*args):
+        raise AssertionError("the reference runner was called")
+    monkeypatch.setattr(_fast._reference, "run_program", refused)
+
+    def f(x):
+        return np.sin(x) * np.broadcast_to(x[1] * 2.0, x.shape)
+    F = sparsegrad.value_and_jacobian(f)
+    x = np.linspace(0.1, 0.9, 7)
+    for _ in range(2):
+        value, J = F(x)
+    assert F.cache_info().hits == 1
+    np.testing.assert_array_equal(J.toarray(), f(sparsegrad.forward.seed(x)).dvalue.toarray())
