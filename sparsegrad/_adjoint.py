@@ -46,10 +46,13 @@ class Tape:
     parent's.  Nodes are numbered in the order they are made, so a parent's
     number is below its children's."""
 
-    __slots__ = ("parents",)
+    __slots__ = ("parents", "deferring")
 
-    def __init__(self):
+    def __init__(self, deferring=False):
         self.parents = []
+        # (True where the arrays carry derivatives, forward values: linear
+        # operations and sums are then computed when something asks for them)
+        self.deferring = deferring
 
     def add(self, parents):
         self.parents.append(tuple(parents))
@@ -69,6 +72,37 @@ class Tape:
                 adjoints[parent] = (contribution if previous is None
                                     else previous + contribution)
         return adjoints.get(leaf)
+
+
+class _Deferred:
+    """A value computed once, when first asked for."""
+
+    __slots__ = ("make", "value")
+
+    def __init__(self, make):
+        self.make = make
+        self.value = None
+
+    def __call__(self):
+        if self.make is not None:
+            self.value = self.make()
+            self.make = None
+        return self.value
+
+
+def _source(a):
+    """A function giving ``a``'s inner array as it is now (a later in-place
+    operation on ``a`` does not change what it gives)."""
+    if a._pending is not None:
+        return a._pending
+    inner = a._inner
+    return lambda: inner
+
+
+def _snapshot(constant):
+    """A constant as a deferred computation may read it later: the caller's
+    arrays copied (they may change after the operation)."""
+    return constant.copy() if type(constant) is np.ndarray and constant.ndim else constant
 
 
 def _inner(a):
@@ -141,11 +175,13 @@ class Adjoint(NDArrayOperatorsMixin):
     (writes through it are refused); ``views``: weak references to the views
     taken of it (writes into it are refused while one is alive)."""
 
-    __slots__ = ("inner", "tape", "node", "base", "views", "spot", "__weakref__")
+    __slots__ = ("_inner", "_pending", "tape", "node", "base", "views", "spot",
+                 "__weakref__")
     __array_priority__ = 2000
 
     def __init__(self, inner, tape, parents=(), base=None):
-        self.inner = inner
+        self._inner = inner
+        self._pending = None
         self.tape = tape
         self.node = tape.add(parents)
         self.base = None
@@ -158,11 +194,35 @@ class Adjoint(NDArrayOperatorsMixin):
                 root.views = []
             root.views.append(weakref.ref(self))
 
+    @property
+    def inner(self):
+        """The array ``f`` would have held (computed when first asked for, for a
+        reduction made pending)."""
+        if self._pending is not None:
+            self._inner = self._pending()
+            self._pending = None
+        return self._inner
+
+    def _deferred(self, make):
+        """Compute the inner array by ``make`` when first asked for."""
+        self._pending = _Deferred(make)
+        return self
+
+    @inner.setter
+    def inner(self, inner):
+        self._inner = inner
+        self._pending = None
+
+    def plain(self):
+        """The values, as a plain array (without computing derivatives)."""
+        inner = self._inner
+        return getattr(inner, "value", inner) if type(inner) is not np.ndarray else inner
+
     # ---- what numpy asks of an array ---------------------------------------
-    shape = property(lambda self: np.shape(self.inner))
-    ndim = property(lambda self: len(np.shape(self.inner)))
-    size = property(lambda self: int(np.prod(np.shape(self.inner))))
-    dtype = property(lambda self: self.inner.dtype)
+    shape = property(lambda self: np.shape(self._inner))
+    ndim = property(lambda self: len(np.shape(self._inner)))
+    size = property(lambda self: int(np.prod(np.shape(self._inner))))
+    dtype = property(lambda self: self._inner.dtype)
     T = property(lambda self: np.transpose(self))
     mT = property(lambda self: np.swapaxes(self, -1, -2))
     real = property(lambda self: self)
@@ -281,7 +341,7 @@ class Adjoint(NDArrayOperatorsMixin):
             self.inner, self.node = fresh.inner, fresh.node
             return
         self._writable("an in-place operation")
-        self.inner = result.inner
+        self._inner, self._pending = result._inner, result._pending
         self.node = self.tape.add(((result.node, _identity),))
 
     def _write(self, key, new, allowed=None):
@@ -485,6 +545,8 @@ def _ufunc(ufunc, inputs, operator=False, product=None):
     """``ufunc(*inputs)`` (by the operator ``**`` for ``operator``; by
     ``product``, np.dot, for a matrix product that is not np.matmul)."""
     tape = _tape(inputs)
+    if tape.deferring and _linear(ufunc, inputs):
+        return _linear_deferred(ufunc, inputs, tape)
     inner = [_inner(a) for a in inputs]
     if operator:
         value = inner[0] ** inner[1]
@@ -536,6 +598,45 @@ def _ufunc(ufunc, inputs, operator=False, product=None):
         reason = rules.UNSUPPORTED.get(ufunc, "no derivative rule")
         raise _refused("numpy." + ufunc.__name__, reason)
     return _new(value, tape, parents)
+
+
+def _linear(ufunc, inputs):
+    """Whether ``ufunc(*inputs)`` is linear in its arrays that depend on x, with
+    constant partial derivatives (which need no derivatives of the inputs)."""
+    if ufunc in (np.add, np.subtract, np.negative, np.positive):
+        return True
+    traced = [isinstance(a, Adjoint) for a in inputs]
+    if ufunc is np.multiply:
+        return traced.count(True) == 1
+    return ufunc is np.divide and traced == [True, False]
+
+
+def _linear_deferred(ufunc, inputs, tape):
+    """A linear ufunc of arrays carrying derivatives: its value now, its inner
+    array when asked for; the partials by the rules on the values (they are
+    constants)."""
+    plains = [a.plain() if isinstance(a, Adjoint) else a for a in inputs]
+    value = ufunc(*plains)
+    if _dtype(value).kind not in "f":
+        raise _refused("numpy.%s of %s values" % (ufunc.__name__, _dtype(value)),
+                       "Hessians are of real functions of real arguments")
+    plains = [p if isinstance(a, Adjoint) else _at_precision(p, value.dtype)
+              for p, a in zip(plains, inputs)]
+    parents = []
+    for i, (partial, a) in enumerate(zip(rules.DERIVATIVES[ufunc], inputs)):
+        if not isinstance(a, Adjoint):
+            continue
+        if callable(partial):
+            partial = partial(*plains, value)
+            if any(partial is p for p, b in zip(plains, inputs) if not isinstance(b, Adjoint)):
+                partial = partial.copy()   # (the caller's array: it may change)
+        elif partial == 0:
+            continue
+        parents.append((a.node, _scaled(partial, np.shape(plains[i]))))
+    sources = [_source(a) if isinstance(a, Adjoint) else _snapshot(a) for a in inputs]
+    deferred = [isinstance(a, Adjoint) for a in inputs]
+    result = _new(value, tape, parents)
+    return result._deferred(lambda: ufunc(*[s() if d else s for s, d in zip(sources, deferred)]))
 
 
 def _at_precision(constant, dtype):
@@ -611,10 +712,12 @@ def _ufunc_at(ufunc, target, index, values=None):
 # ---------------------------------------------------------------- functions
 
 def _sum(a, axis=None, keepdims=False):
-    inner = _inner(a)
-    value = np.sum(inner, axis=axis, keepdims=keepdims)
     if not isinstance(a, Adjoint):
-        return value
+        return np.sum(a, axis=axis, keepdims=keepdims)
+    deferring = a.tape.deferring
+    # (the sum of values that carry derivatives is made when an operation asks
+    # for it: an energy's final sum is never asked for, only its value)
+    value = np.sum(a.plain() if deferring else a.inner, axis=axis, keepdims=keepdims)
     shape = a.shape
     axes = tuple(range(len(shape))) if axis is None else normalize_axis_tuple(
         axis, len(shape))
@@ -622,7 +725,11 @@ def _sum(a, axis=None, keepdims=False):
 
     def vjp(g):
         return np.broadcast_to(np.reshape(g, kept), shape)
-    return _new(value, a.tape, ((a.node, vjp),))
+    result = _new(value, a.tape, ((a.node, vjp),))
+    if deferring:
+        source = _source(a)
+        result._deferred(lambda: np.sum(source(), axis=axis, keepdims=keepdims))
+    return result
 
 
 def _sum_function(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
@@ -873,11 +980,11 @@ def gradient_and_value(f, args, kwargs, position):
     Raises ValueError when ``f`` returns more than one number.
     """
     x = args[position]
-    tape = Tape()
+    tape = Tape(deferring=type(x) is not np.ndarray)
     leaf = _new(x, tape)
     args = tuple(args[:position]) + (leaf,) + tuple(args[position + 1:])
     out = f(*args, **kwargs)
-    inner = _inner(out)
+    inner = out.plain() if isinstance(out, Adjoint) else out
     if np.size(inner) != 1:
         raise ValueError("%s: f must return one number, got an array of shape %s"
                          % (_WHERE, np.shape(inner)))
