@@ -154,9 +154,11 @@ def _unbroadcast(g, shape):
     return np.reshape(g, shape)
 
 
-def _new(inner, tape, parents=(), base=None):
-    """An :class:`Adjoint` (an :class:`AdjointArray` for n-d ``inner``)."""
-    return (AdjointArray if np.ndim(inner) else Adjoint)(inner, tape, parents, base)
+def _new(inner, tape, parents=(), base=None, array=False):
+    """An :class:`Adjoint` (an :class:`AdjointArray` for n-d ``inner``, or an
+    ``array`` made to be written, 0-d too: numpy's 0-d arrays, not scalars)."""
+    kind = AdjointArray if array or np.ndim(inner) else Adjoint
+    return kind(inner, tape, parents, base)
 
 
 def _dtype(a):
@@ -383,7 +385,8 @@ class Adjoint(NDArrayOperatorsMixin):
         if func in _CREATION:
             # (``np.zeros(shape, like=x)``: numpy hands ``like`` over as self;
             # ``np.empty`` gives zeros, a write target all the same)
-            return _new(_CREATION[func](*args, like=self.inner, **kwargs), self.tape)
+            return _new(_CREATION[func](*args, like=self.inner, **kwargs), self.tape,
+                        array=True)
         rule = FUNCTIONS.get(func)
         if rule is None:
             if func in _MOVEMENTS:
@@ -399,6 +402,8 @@ class Adjoint(NDArrayOperatorsMixin):
         return _ufunc(np.power, (other, self), operator=True)
 
     def __ipow__(self, other):
+        if type(self) is Adjoint:
+            return self ** other      # (a scalar: a new one, as numpy's)
         self._rebind(self ** other)
         return self
 
@@ -434,7 +439,11 @@ class AdjointArray(Adjoint):
                     z = _zeros(shape, like)
                     z[inner_key] = g
                     return z
-            view = _new(result, self.tape, ((self.node, vjp),), base=self)
+            items = key if type(key) is tuple else (key,)
+            if np.ndim(result) == 0 and not any(k is Ellipsis for k in items):
+                # (one element: numpy gives a scalar, no view of the array)
+                return _new(result, self.tape, ((self.node, vjp),))
+            view = _new(result, self.tape, ((self.node, vjp),), base=self, array=True)
             if self.base is None:
                 view.spot = key
             return view
@@ -454,7 +463,10 @@ class AdjointArray(Adjoint):
 
 def _in_place(ufunc):
     def operator(self, other):
-        self._rebind(_ufunc(ufunc, (self, other)))
+        result = _ufunc(ufunc, (self, other))
+        if type(self) is Adjoint:
+            return result     # (a scalar: numpy makes a new one, the old one unchanged)
+        self._rebind(result)
         return self
     operator.__name__ = "__i%s__" % ufunc.__name__
     return operator
@@ -840,7 +852,7 @@ def _like(make):
     """``np.zeros_like`` and friends: a constant array of the forward kind,
     ready for writes (``empty_like`` gives zeros)."""
     def like(prototype, *args, **kwargs):
-        return _new(make(_inner(prototype), *args, **kwargs), prototype.tape)
+        return _new(make(_inner(prototype), *args, **kwargs), prototype.tape, array=True)
     return like
 
 
@@ -881,10 +893,11 @@ def _outer(a, b, out=None):
 # numpy returns as views are marked so, for the write rules.
 _VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
           np.expand_dims, np.flip, np.fliplr, np.flipud, np.rot90, np.diagonal,
-          np.broadcast_to, np.atleast_1d, np.atleast_2d, np.atleast_3d}
+          np.broadcast_to, np.atleast_1d, np.atleast_2d, np.atleast_3d,
+          np.diag}       # (a view of a 2-d array's diagonal; taken as one for 1-d too)
 _MOVEMENTS = _VIEWS | {np.roll, np.tile, np.repeat, np.take, np.take_along_axis, np.pad,
                        np.triu, np.tril, np.concatenate, np.stack, np.hstack, np.vstack,
-                       np.dstack, np.column_stack, np.append, np.delete, np.resize, np.diag}
+                       np.dstack, np.column_stack, np.append, np.delete, np.resize}
 
 
 def _moved(func, args, kwargs):

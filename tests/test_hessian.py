@@ -365,3 +365,54 @@ def test_the_kept_transposition_follows_the_pattern():
     check([0, 1, 2, 3, 4], [0, 2, 1, 3])        # a pattern that is not symmetric
     check([0, 2, 4, 6, 8], [0, 1, 0, 1, 2, 3, 2, 3])
     check([0, 2, 4, 7, 8], [0, 1, 0, 1, 1, 2, 3, 3][:7] + [2])   # indptr changed
+
+
+def test_one_element_is_a_scalar_not_a_view():
+    # += on x[0] makes a new scalar, x unchanged, as numpy's
+    def s(x):
+        y = np.concatenate([np.ravel(x), np.ravel(x[[0, 1]])]) + _bumped(x[0])
+        return np.sum(y) + np.sum(y * y) / 2
+    x = np.array([-0.0346, 1.2601, -1.2552])
+    value, gradient, H = sparsegrad.value_grad_and_hessian(s, trace=False)(x)
+    assert value == s(x)
+    np.testing.assert_allclose(H.toarray(), reference_hessian(s, x), rtol=1e-6, atol=1e-6)
+
+
+def test_np_diag_of_a_2d_array_is_a_view():
+    # numpy would show the later write through the diagonal: refused
+    with pytest.raises(UnsupportedOperationError, match="while a view of it is alive"):
+        sparsegrad.hessian(lambda x: np.sum(_diagonal_then_write(x) ** 2))(
+            np.array([-0.7437, -0.289]))
+
+
+def _bumped(v):
+    v += -1.0
+    return v
+
+
+def _diagonal_then_write(x):
+    v2 = np.abs(x.reshape((1, 2)))
+    v3 = np.diag(v2)
+    v2[0] = 1.0
+    return np.copy(v3)
+
+
+def test_a_scalar_alias_is_not_changed_by_an_in_place_operator():
+    def f(x):
+        a = x[0]
+        b = a
+        a += 1.0
+        a *= 3.0
+        return a * b
+    x = np.array([2.0, 5.0])
+    assert sparsegrad.hessian(f)(x)[0, 0] == 6.0
+
+
+def test_a_zero_d_array_made_to_be_written_keeps_numpy_semantics():
+    def f(x):
+        r = np.zeros((), like=x)
+        alias = r
+        r += x[0] ** 2
+        return alias * x[1]
+    H = sparsegrad.hessian(f)(np.array([3.0, 5.0]))
+    np.testing.assert_array_equal(H.toarray(), [[10.0, 6.0], [6.0, 0.0]])
