@@ -736,6 +736,10 @@ def _sum(a, axis=None, keepdims=False):
     kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
 
     def vjp(g):
+        if isinstance(g, (np.ndarray, np.generic)):
+            # (a plain adjoint, the seed's: written out, since a program that
+            # reads a broadcast (stride 0) copies it at every use)
+            return np.broadcast_to(np.reshape(g, kept), shape).copy()
         return np.broadcast_to(np.reshape(g, kept), shape)
     result = _new(value, a.tape, ((a.node, vjp),))
     if deferring:
@@ -950,13 +954,14 @@ def _gathered_back(flat, start, size, shape, like):
     mine = (flat >= start) & (flat < start + size)
     places = np.flatnonzero(mine)
     taken = flat[places] - start
-    if taken.size == size and np.array_equal(np.sort(taken), np.arange(size)):
+    most = int(np.bincount(taken, minlength=size).max(initial=0))
+    if taken.size == size and most == 1:
         order = np.empty(size, dtype=np.int64)
         order[taken] = places
         if len(flat) == size and np.array_equal(order, np.arange(size)):
             return lambda g: np.reshape(g, shape)     # (a reshape)
         return lambda g: np.reshape(np.reshape(g, -1)[order], shape)
-    unique = np.unique(taken).size == taken.size
+    unique = most <= 1
 
     def vjp(g):
         z = _zeros(size, like)
