@@ -20,7 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from sparsegrad import _adjoint, _composite, _functions, _ufunc_rules as rules, _ufuncs  # noqa: E402
+from sparsegrad import (_adjoint, _adjoint_functions, _composite, _functions,  # noqa: E402
+                        _ufunc_rules as rules, _ufuncs)
 
 TARGET = ROOT / "docs" / "supported.md"
 
@@ -308,11 +309,12 @@ def generate():
 
 def _hessian_section():
     """What functions differentiated twice (``sparsegrad.hessian``) may call."""
-    values_only = [f for f, rule in _adjoint.FUNCTIONS.items()
-                   if getattr(rule, "__name__", "") == "plain"]
-    like = [f for f, rule in _adjoint.FUNCTIONS.items()
-            if getattr(rule, "__name__", "") == "like"]
-    differentiated = [f for f in _adjoint.FUNCTIONS if f not in values_only + like]
+    kinds = {}
+    for f, rule in _adjoint.FUNCTIONS.items():
+        kinds.setdefault(getattr(rule, "__name__", ""), []).append(f)
+    values_only, like = kinds.pop("plain", []), kinds.pop("like", [])
+    kinds.pop("movement", None)
+    differentiated = [f for group in kinds.values() for f in group]
     out = [
         "",
         "## In functions differentiated twice",
@@ -331,13 +333,13 @@ def _hessian_section():
         "  it is alive, is refused (`r[1:] += v` is not: it writes back)",
         "- data movements, transposed by the positions they move:",
     ]
-    out += ["  " + line for line in _bullets(_adjoint._MOVEMENTS)]
+    out += ["  " + line for line in _bullets(_adjoint_functions.MOVEMENTS)]
     out += ["- computed with derivatives:"]
     out += ["  " + line for line in _bullets(differentiated)]
     out += ["- of the values only (no derivative):"]
     out += ["  " + line for line in _bullets(values_only)]
     out += ["- creation (an array to write into; `empty` gives zeros): %s" % ", ".join(
-        _label(f) for f in _sorted(list(_adjoint._CREATION) + like))]
+        _label(f) for f in _sorted(list(_adjoint.CREATION) + like))]
     return out
 
 

@@ -35,7 +35,7 @@ __all__ = ["Adjoint", "AdjointArray", "gradient_and_value"]
 _WHERE = "sparsegrad.hessian"
 
 
-def _refused(what, why):
+def refused(what, why):
     return UnsupportedOperationError("%s is not supported in functions differentiated twice "
                                      "(%s): %s" % (what, _WHERE, why))
 
@@ -90,7 +90,7 @@ class _Deferred:
         return self.value
 
 
-def _source(a):
+def source(a):
     """A function giving ``a``'s inner array as it is now (a later in-place
     operation on ``a`` does not change what it gives)."""
     if a._pending is not None:
@@ -105,31 +105,31 @@ def _snapshot(constant):
     return constant.copy() if type(constant) is np.ndarray and constant.ndim else constant
 
 
-def _inner(a):
+def inner_of(a):
     if isinstance(a, Adjoint):
         return a.inner
     if type(a) in (list, tuple):
-        return type(a)(_inner(b) for b in a)
+        return type(a)(inner_of(b) for b in a)
     return a
 
 
-def _kept(key):
+def kept(key):
     """``key`` (an index or a mask) with its plain arrays copied: the sweep
     reads it after ``f`` returns, when the caller may have changed them."""
     if type(key) is tuple:
-        return tuple(_kept(k) for k in key)
+        return tuple(kept(k) for k in key)
     if type(key) is list:
         return np.array(key)
     if type(key) is np.ndarray:
         return key.copy()
-    return _inner(key)
+    return inner_of(key)
 
 
-def _tape(items):
+def tape_of(items):
     tape = None
     for a in items:
         if type(a) in (list, tuple):
-            found = _tape(a)
+            found = tape_of(a)
         else:
             found = a.tape if isinstance(a, Adjoint) else None
         if found is not None:
@@ -154,20 +154,20 @@ def _unbroadcast(g, shape):
     return np.reshape(g, shape)
 
 
-def _new(inner, tape, parents=(), base=None, array=False):
+def new(inner, tape, parents=(), base=None, array=False):
     """An :class:`Adjoint` (an :class:`AdjointArray` for n-d ``inner``, or an
     ``array`` made to be written, 0-d too: numpy's 0-d arrays, not scalars)."""
     kind = AdjointArray if array or np.ndim(inner) else Adjoint
     return kind(inner, tape, parents, base)
 
 
-def _dtype(a):
+def dtype_of(a):
     dtype = getattr(a, "dtype", None)
     return dtype if isinstance(dtype, np.dtype) else np.result_type(a)
 
 
-def _zeros(shape, like):
-    dtype = np.result_type(_dtype(like), np.float64)
+def zeros(shape, like):
+    dtype = np.result_type(dtype_of(like), np.float64)
     return np.zeros(shape, dtype=dtype, like=like)
 
 
@@ -231,7 +231,7 @@ class Adjoint(NDArrayOperatorsMixin):
 
     @property
     def imag(self):
-        return _new(_zeros(self.shape, self.inner), self.tape)
+        return new(zeros(self.shape, self.inner), self.tape)
 
     def __bool__(self):
         return bool(self.inner)
@@ -241,12 +241,12 @@ class Adjoint(NDArrayOperatorsMixin):
         # the product to __rmatmul__, and a conversion to numbers reaches
         # __float__, which refuses)
         if dtype is not None and np.dtype(dtype) != np.dtype(object):
-            raise _refused("converting to a plain array", "make arrays that receive "
+            raise refused("converting to a plain array", "make arrays that receive "
                            "values with np.zeros(shape, like=x)")
         return object_holder(self)
 
     def __float__(self):
-        raise _refused("converting to a number", "the value depends on the argument; "
+        raise refused("converting to a number", "the value depends on the argument; "
                        "make arrays that receive values with np.zeros(shape, like=x)")
 
     __int__ = __complex__ = __index__ = __float__
@@ -311,20 +311,20 @@ class Adjoint(NDArrayOperatorsMixin):
     def astype(self, dtype, copy=True):
         dtype = np.dtype(dtype)
         if dtype.kind != "f" or dtype.itemsize < self.inner.dtype.itemsize:
-            raise _refused("astype(%s)" % dtype, "only floating types as wide as the "
+            raise refused("astype(%s)" % dtype, "only floating types as wide as the "
                            "value's keep its derivatives")
         return np.copy(self) if copy else self
 
     # ---- writes --------------------------------------------------------------
     def _writable(self, what, allowed=None):
         if self.base is not None:
-            raise _refused("%s through a view" % what,
+            raise refused("%s through a view" % what,
                            "write into the array itself (for example R[1:-1, 1:-1] = ... "
                            "instead of R.reshape(n, n)[1:-1, 1:-1] = ...)")
         if self.views:
             self.views = [ref for ref in self.views if ref() is not None]
         if self.views and any(ref() is not allowed for ref in self.views):
-            raise _refused("%s into an array while a view of it is alive" % what,
+            raise refused("%s into an array while a view of it is alive" % what,
                            "take views after the writes, or copy them")
 
     def _rebind(self, result):
@@ -344,18 +344,18 @@ class Adjoint(NDArrayOperatorsMixin):
             return
         self._writable("an in-place operation")
         self._inner, self._pending = result._inner, result._pending
-        self.node = self.tape.add(((result.node, _identity),))
+        self.node = self.tape.add(((result.node, identity),))
 
     def _write(self, key, new, allowed=None):
         self._writable("a write", allowed)
-        inner_key = _kept(key)
+        inner_key = kept(key)
         if not _basic(key) and _has_duplicates(self.shape, inner_key):
-            raise _refused("a write by an index with repeated entries",
+            raise refused("a write by an index with repeated entries",
                            "numpy keeps one of the values written to a place; write "
                            "each place once, or add with np.add.at")
         # (copied: the values of earlier operations stay as they were for the sweep)
         inner = self.inner.copy()
-        inner[inner_key] = _inner(new)
+        inner[inner_key] = inner_of(new)
         parents = [(self.node, lambda g: _cleared(g, inner_key))]
         if isinstance(new, Adjoint):
             new_shape = new.shape
@@ -371,35 +371,33 @@ class Adjoint(NDArrayOperatorsMixin):
         if method == "reduce" and ufunc is np.add:
             axis = kwargs.pop("axis", 0)
             keepdims = kwargs.pop("keepdims", False)
-            _no_options("numpy.add.reduce", kwargs)
-            result = _sum(inputs[0], axis, keepdims)
+            no_options("numpy.add.reduce", kwargs)
+            result = FUNCTIONS[np.sum](inputs[0], axis=axis, keepdims=keepdims)
         elif method != "__call__":
-            raise _refused("numpy.%s.%s" % (ufunc.__name__, method), "only calls of ufuncs, "
+            raise refused("numpy.%s.%s" % (ufunc.__name__, method), "only calls of ufuncs, "
                            "np.add.reduce and np.add.at / np.subtract.at are differentiated")
         else:
-            _no_options("numpy." + ufunc.__name__, kwargs)
-            result = _ufunc(ufunc, inputs)
-        return _into(out, result)
+            no_options("numpy." + ufunc.__name__, kwargs)
+            result = apply_ufunc(ufunc, inputs)
+        return into(out, result)
 
     def __array_function__(self, func, types, args, kwargs):
-        if func in _CREATION:
+        if func in CREATION:
             # (``np.zeros(shape, like=x)``: numpy hands ``like`` over as self;
             # ``np.empty`` gives zeros, a write target all the same)
-            return _new(_CREATION[func](*args, like=self.inner, **kwargs), self.tape,
-                        array=True)
+            return new(CREATION[func](*args, like=self.inner, **kwargs), self.tape,
+                       array=True)
         rule = FUNCTIONS.get(func)
         if rule is None:
-            if func in _MOVEMENTS:
-                return _moved(func, args, kwargs)
-            raise _refused("numpy." + func.__name__, "no rule for it yet; the Jacobian "
-                           "functions (sparsegrad.jacobian) may support it")
+            raise refused("numpy." + func.__name__, "no rule for it yet; the Jacobian "
+                          "functions (sparsegrad.jacobian) may support it")
         return rule(*args, **kwargs)
 
     def __pow__(self, other):
-        return _ufunc(np.power, (self, other), operator=True)
+        return apply_ufunc(np.power, (self, other), operator=True)
 
     def __rpow__(self, other):
-        return _ufunc(np.power, (other, self), operator=True)
+        return apply_ufunc(np.power, (other, self), operator=True)
 
     def __ipow__(self, other):
         if type(self) is Adjoint:
@@ -425,7 +423,7 @@ class AdjointArray(Adjoint):
 
     # ---- reads ---------------------------------------------------------------
     def __getitem__(self, key):
-        inner_key = _kept(key)
+        inner_key = kept(key)
         result = self.inner[inner_key]
         shape, like = self.shape, self.inner
         if _basic(key):
@@ -436,23 +434,23 @@ class AdjointArray(Adjoint):
                     return np.pad(g, widths)
             else:
                 def vjp(g):
-                    z = _zeros(shape, like)
+                    z = zeros(shape, like)
                     z[inner_key] = g
                     return z
             items = key if type(key) is tuple else (key,)
             if np.ndim(result) == 0 and not any(k is Ellipsis for k in items):
                 # (one element: numpy gives a scalar, no view of the array)
-                return _new(result, self.tape, ((self.node, vjp),))
-            view = _new(result, self.tape, ((self.node, vjp),), base=self, array=True)
+                return new(result, self.tape, ((self.node, vjp),))
+            view = new(result, self.tape, ((self.node, vjp),), base=self, array=True)
             if self.base is None:
                 view.spot = key
             return view
 
         def vjp(g):
-            z = _zeros(shape, like)
+            z = zeros(shape, like)
             np.add.at(z, inner_key, g)
             return z
-        return _new(result, self.tape, ((self.node, vjp),))
+        return new(result, self.tape, ((self.node, vjp),))
 
     def __setitem__(self, key, new):
         if (isinstance(new, Adjoint) and new.base is self and new.spot is not None
@@ -463,7 +461,7 @@ class AdjointArray(Adjoint):
 
 def _in_place(ufunc):
     def operator(self, other):
-        result = _ufunc(ufunc, (self, other))
+        result = apply_ufunc(ufunc, (self, other))
         if type(self) is Adjoint:
             return result     # (a scalar: numpy makes a new one, the old one unchanged)
         self._rebind(result)
@@ -478,7 +476,7 @@ Adjoint.__imul__ = _in_place(np.multiply)
 Adjoint.__itruediv__ = _in_place(np.divide)
 
 
-def _identity(g):
+def identity(g):
     return g
 
 
@@ -522,25 +520,25 @@ def _has_duplicates(shape, key):
     return np.unique(places).size != np.size(places)
 
 
-def _no_options(name, kwargs):
+def no_options(name, kwargs):
     for option, value in kwargs.items():
         if option == "dtype" and value is None:
             continue
         if option == "casting" and value == "same_kind":
             continue
-        raise _refused("%s(%s=...)" % (name, option), "the argument is not differentiated")
+        raise refused("%s(%s=...)" % (name, option), "the argument is not differentiated")
 
 
-def _into(out, result):
+def into(out, result):
     """``result``, written into ``out`` (a ufunc's ``out=``) when given."""
     if out is None:
         return result
     target = out[0] if type(out) is tuple else out
     if type(out) is tuple and len(out) != 1:
-        raise _refused("out= of several arrays", "one output only")
+        raise refused("out= of several arrays", "one output only")
     if not isinstance(target, Adjoint):
         if isinstance(result, Adjoint):
-            raise _refused("out= a plain numpy array", "the result depends on the argument; "
+            raise refused("out= a plain numpy array", "the result depends on the argument; "
                            "make the array with np.zeros(shape, like=x)")
         target[...] = result
         return target
@@ -553,25 +551,25 @@ def _into(out, result):
 
 # ---------------------------------------------------------------- ufuncs
 
-def _ufunc(ufunc, inputs, operator=False, product=None):
+def apply_ufunc(ufunc, inputs, operator=False, product=None):
     """``ufunc(*inputs)`` (by the operator ``**`` for ``operator``; by
     ``product``, np.dot, for a matrix product that is not np.matmul)."""
-    tape = _tape(inputs)
+    tape = tape_of(inputs)
     if tape.deferring and _linear(ufunc, inputs):
         return _linear_deferred(ufunc, inputs, tape)
-    inner = [_inner(a) for a in inputs]
+    inner = [inner_of(a) for a in inputs]
     if operator:
         value = inner[0] ** inner[1]
     elif ufunc is np.matmul:
         sparse = any(scipy.sparse.issparse(a) for a in inner)
-        value = (_matmul if product is None or sparse else product)(*inner)
+        value = (matmul if product is None or sparse else product)(*inner)
     else:
         value = ufunc(*inner)
-    kind = _dtype(value).kind
+    kind = dtype_of(value).kind
     if ufunc in rules.PREDICATES or kind in "biu":
         return value
     if kind == "c":
-        raise _refused("numpy.%s of complex values" % ufunc.__name__,
+        raise refused("numpy.%s of complex values" % ufunc.__name__,
                        "Hessians are of real functions of real arguments")
     traced = [i for i, a in enumerate(inputs) if isinstance(a, Adjoint)]
     shapes = [np.shape(a) for a in inner]
@@ -588,15 +586,15 @@ def _ufunc(ufunc, inputs, operator=False, product=None):
             takes = {1: rules.SECOND_WHERE[ufunc](*inner, value)}
         for i in traced:
             if i in takes:
-                parents.append((inputs[i].node, _masked(takes[i], shapes[i])))
+                parents.append((inputs[i].node, masked(takes[i], shapes[i])))
     elif ufunc is np.matmul:
-        parents = [(inputs[i].node, _matmul_vjp(i, inner)) for i in traced]
+        parents = [(inputs[i].node, matmul_transpose(i, inner)) for i in traced]
     elif ufunc in rules.DERIVATIVES:
         partials = rules.DERIVATIVES[ufunc]
         for i in traced:
             partial = partials[i]
             if partial is None:
-                raise _refused("numpy.%s with argument %d depending on x" % (ufunc.__name__,
+                raise refused("numpy.%s with argument %d depending on x" % (ufunc.__name__,
                                i), "an integer argument carries no derivative")
             if callable(partial):
                 partial = partial(*inner, value)
@@ -605,11 +603,11 @@ def _ufunc(ufunc, inputs, operator=False, product=None):
                     partial = partial.copy()   # (the caller's array: it may change)
             elif partial == 0:
                 continue
-            parents.append((inputs[i].node, _scaled(partial, shapes[i])))
+            parents.append((inputs[i].node, scaled(partial, shapes[i])))
     else:
         reason = rules.UNSUPPORTED.get(ufunc, "no derivative rule")
-        raise _refused("numpy." + ufunc.__name__, reason)
-    return _new(value, tape, parents)
+        raise refused("numpy." + ufunc.__name__, reason)
+    return new(value, tape, parents)
 
 
 def _linear(ufunc, inputs):
@@ -629,8 +627,8 @@ def _linear_deferred(ufunc, inputs, tape):
     constants)."""
     plains = [a.plain() if isinstance(a, Adjoint) else a for a in inputs]
     value = ufunc(*plains)
-    if _dtype(value).kind not in "f":
-        raise _refused("numpy.%s of %s values" % (ufunc.__name__, _dtype(value)),
+    if dtype_of(value).kind not in "f":
+        raise refused("numpy.%s of %s values" % (ufunc.__name__, dtype_of(value)),
                        "Hessians are of real functions of real arguments")
     plains = [p if isinstance(a, Adjoint) else _at_precision(p, value.dtype)
               for p, a in zip(plains, inputs)]
@@ -644,10 +642,10 @@ def _linear_deferred(ufunc, inputs, tape):
                 partial = partial.copy()   # (the caller's array: it may change)
         elif partial == 0:
             continue
-        parents.append((a.node, _scaled(partial, np.shape(plains[i]))))
-    sources = [_source(a) if isinstance(a, Adjoint) else _snapshot(a) for a in inputs]
+        parents.append((a.node, scaled(partial, np.shape(plains[i]))))
+    sources = [source(a) if isinstance(a, Adjoint) else _snapshot(a) for a in inputs]
     deferred = [isinstance(a, Adjoint) for a in inputs]
-    result = _new(value, tape, parents)
+    result = new(value, tape, parents)
     return result._deferred(lambda: ufunc(*[s() if d else s for s, d in zip(sources, deferred)]))
 
 
@@ -665,54 +663,54 @@ def _at_precision(constant, dtype):
     return constant
 
 
-def _masked(mask, shape):
+def masked(mask, shape):
     return lambda g: _unbroadcast(np.where(mask, g, 0.0), shape)
 
 
-def _scaled(partial, shape):
+def scaled(partial, shape):
     if type(partial) in (int, float) and partial == 1:
         return lambda g: _unbroadcast(g, shape)
     return lambda g: _unbroadcast(g * partial, shape)
 
 
-def _matmul(a, b):
+def matmul(a, b):
     if scipy.sparse.issparse(a) or scipy.sparse.issparse(b):
         return a @ b
     return np.matmul(a, b)
 
 
-def _matmul_vjp(i, inner):
+def matmul_transpose(i, inner):
     a, b = inner
     if np.ndim(a) > 2 or np.ndim(b) > 2:
-        raise _refused("numpy.matmul of stacks of matrices", "1-d and 2-d operands only")
+        raise refused("numpy.matmul of stacks of matrices", "1-d and 2-d operands only")
     if i == 0:
         if np.ndim(a) == 1 and np.ndim(b) == 1:
             return lambda g: g * b
         if np.ndim(b) == 1:
             return lambda g: np.reshape(g, (-1, 1)) * np.reshape(b, (1, -1))
         if np.ndim(a) == 1:
-            return lambda g: _matmul(b, g)
+            return lambda g: matmul(b, g)
         bt = b.T
-        return lambda g: _matmul(g, bt)
+        return lambda g: matmul(g, bt)
     if np.ndim(a) == 1 and np.ndim(b) == 1:
         return lambda g: g * a
     if np.ndim(a) == 1:
         return lambda g: np.reshape(a, (-1, 1)) * np.reshape(g, (1, -1))
     at = a.T
-    return lambda g: _matmul(at, g)
+    return lambda g: matmul(at, g)
 
 
 def _ufunc_at(ufunc, target, index, values=None):
     if ufunc not in (np.add, np.subtract):
-        raise _refused("numpy.%s.at" % ufunc.__name__, "np.add.at and np.subtract.at only")
+        raise refused("numpy.%s.at" % ufunc.__name__, "np.add.at and np.subtract.at only")
     if not isinstance(target, Adjoint):
-        raise _refused("numpy.%s.at into a plain numpy array" % ufunc.__name__,
+        raise refused("numpy.%s.at into a plain numpy array" % ufunc.__name__,
                        "make the array with np.zeros(shape, like=x)")
     target._writable("numpy.%s.at" % ufunc.__name__)
-    inner_key = _kept(index)
+    inner_key = kept(index)
     inner = target.inner.copy()
-    ufunc.at(inner, inner_key, _inner(values))
-    parents = [(target.node, _identity)]
+    ufunc.at(inner, inner_key, inner_of(values))
+    parents = [(target.node, identity)]
     if isinstance(values, Adjoint):
         shape = values.shape
         sign = 1.0 if ufunc is np.add else -1.0
@@ -721,275 +719,12 @@ def _ufunc_at(ufunc, target, index, values=None):
     target.node = target.tape.add(parents)
 
 
-# ---------------------------------------------------------------- functions
+#: array creation with ``like=``: what each makes
+CREATION = {np.zeros: np.zeros, np.ones: np.ones, np.empty: np.zeros, np.full: np.full}
 
-def _sum(a, axis=None, keepdims=False):
-    if not isinstance(a, Adjoint):
-        return np.sum(a, axis=axis, keepdims=keepdims)
-    deferring = a.tape.deferring
-    # (the sum of values that carry derivatives is made when an operation asks
-    # for it: an energy's final sum is never asked for, only its value)
-    value = np.sum(a.plain() if deferring else a.inner, axis=axis, keepdims=keepdims)
-    shape = a.shape
-    axes = tuple(range(len(shape))) if axis is None else normalize_axis_tuple(
-        axis, len(shape))
-    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
-
-    def vjp(g):
-        if isinstance(g, (np.ndarray, np.generic)):
-            # (a plain adjoint, the seed's: written out, since a program that
-            # reads a broadcast (stride 0) copies it at every use)
-            return np.broadcast_to(np.reshape(g, kept), shape).copy()
-        return np.broadcast_to(np.reshape(g, kept), shape)
-    result = _new(value, a.tape, ((a.node, vjp),))
-    if deferring:
-        source = _source(a)
-        result._deferred(lambda: np.sum(source(), axis=axis, keepdims=keepdims))
-    return result
-
-
-def _sum_function(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
-    _no_options("numpy.sum", dict(kwargs, dtype=dtype))
-    return _into(out, _sum(a, axis, keepdims))
-
-
-def _mean(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
-    _no_options("numpy.mean", dict(kwargs, dtype=dtype))
-    shape = np.shape(_inner(a))
-    axes = tuple(range(len(shape))) if axis is None else normalize_axis_tuple(
-        axis, len(shape))
-    count = int(np.prod([shape[i] for i in axes]))
-    return _into(out, _sum(a, axis, keepdims) / count)
-
-
-def _cumsum(a, axis=None, dtype=None, out=None):
-    _no_options("numpy.cumsum", {"dtype": dtype})
-    if axis is None:
-        a, axis = np.ravel(a), 0
-    inner = _inner(a)
-    value = np.cumsum(inner, axis=axis)
-    if not isinstance(a, Adjoint):
-        return _into(out, value)
-
-    def vjp(g):
-        return np.flip(np.cumsum(np.flip(g, axis), axis=axis), axis)
-    return _into(out, _new(value, a.tape, ((a.node, vjp),)))
-
-
-def _selection(argfunction, function):
-    """``np.max`` / ``np.min``: each result the first element reaching it (as
-    ``np.argmax`` finds it), a movement of the elements."""
-    name = "numpy." + function.__name__
-
-    def reduction(a, axis=None, out=None, keepdims=False, **kwargs):
-        _no_options(name, kwargs)
-        inner = _inner(a)
-        value = function(inner, axis=axis, keepdims=keepdims)
-        if not isinstance(a, Adjoint):
-            return _into(out, value)
-        shape, size = a.shape, a.size
-        axes = (tuple(range(len(shape))) if axis is None
-                else normalize_axis_tuple(axis, len(shape)))
-        plain = np.asarray(getattr(inner, "value", inner))
-        positions = np.arange(1, size + 1, dtype=np.int64).reshape(shape)
-        ends = tuple(range(-len(axes), 0))
-        lines = np.moveaxis(plain, axes, ends).reshape(
-            np.moveaxis(plain, axes, ends).shape[:len(shape) - len(axes)] + (-1,))
-        chosen = argfunction(lines, axis=-1)[..., None]
-        moved = np.moveaxis(positions, axes, ends).reshape(lines.shape)
-        where = np.take_along_axis(moved, chosen, -1).reshape(-1)
-        vjp = _gathered_back(where, 1, size, shape, inner)
-        return _into(out, _new(value, a.tape, ((a.node, lambda g: vjp(np.reshape(g, -1))),)))
-    return reduction
-
-
-def _plain_result(function):
-    """A numpy function whose result carries no derivative (indices, truth
-    values), of the arrays' values."""
-    def plain(*args, **kwargs):
-        return function(*_inner(list(args)), **{k: _inner(v) for k, v in kwargs.items()})
-    return plain
-
-
-def _dot(a, b, out=None):
-    if np.ndim(_inner(a)) == 0 or np.ndim(_inner(b)) == 0:
-        return _into(out, a * b)
-    return _into(out, _ufunc(np.matmul, (a, b), product=np.dot))
-
-
-def _where(condition, *branches):
-    if not branches:
-        return np.nonzero(_inner(condition))
-    a, b = branches
-    condition = _kept(condition)
-    value = np.where(condition, _inner(a), _inner(b))
-    tape = _tape((a, b))
-    if tape is None:
-        return value
-    parents = []
-    if isinstance(a, Adjoint):
-        parents.append((a.node, _masked(condition, a.shape)))
-    if isinstance(b, Adjoint):
-        parents.append((b.node, _masked(np.logical_not(condition), b.shape)))
-    return _new(value, tape, parents)
-
-
-def _clip(a, a_min=None, a_max=None, out=None, **kwargs):
-    _no_options("numpy.clip", kwargs)
-    if isinstance(a_min, Adjoint) or isinstance(a_max, Adjoint):
-        raise _refused("numpy.clip with bounds depending on x", "write np.minimum and "
-                       "np.maximum")
-    inner = _inner(a)
-    value = np.clip(inner, _inner(a_min), _inner(a_max))
-    if not isinstance(a, Adjoint):
-        return _into(out, value)
-    return _into(out, _new(value, a.tape, ((a.node, _masked(value == inner, a.shape)),)))
-
-
-def _copy(a, *args, **kwargs):
-    if not isinstance(a, Adjoint):
-        return np.copy(a, *args, **kwargs)
-    return _new(a.inner.copy(), a.tape, ((a.node, _identity),))
-
-
-def _like(make):
-    """``np.zeros_like`` and friends: a constant array of the forward kind,
-    ready for writes (``empty_like`` gives zeros)."""
-    def like(prototype, *args, **kwargs):
-        return _new(make(_inner(prototype), *args, **kwargs), prototype.tape, array=True)
-    return like
-
-
-def _diff(a, n=1, axis=-1, prepend=None, append=None):
-    if prepend is not None or append is not None:
-        raise _refused("numpy.diff(prepend=, append=)", "concatenate first")
-    for _ in range(n):
-        ndim = np.ndim(_inner(a))
-        axis_ = axis % ndim
-        upper = tuple(slice(1, None) if i == axis_ else slice(None) for i in range(ndim))
-        lower = tuple(slice(None, -1) if i == axis_ else slice(None) for i in range(ndim))
-        a = a[upper] - a[lower]
-    return a
-
-
-def _norm(x, ord=None, axis=None, keepdims=False):
-    if ord not in (None, 2, "fro") or (ord == 2 and axis is None and np.ndim(_inner(x)) > 1):
-        raise _refused("numpy.linalg.norm(ord=%r)" % (ord,), "the 2-norm of vectors and the "
-                       "Frobenius norm only")
-    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
-
-
-def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    _no_options("numpy.trace", {"dtype": dtype})
-    return _into(out, np.sum(np.diagonal(a, offset, axis1, axis2), axis=-1))
-
-
-def _vdot(a, b):
-    return np.sum(np.ravel(a) * np.ravel(b))
-
-
-def _outer(a, b, out=None):
-    return _into(out, np.reshape(np.ravel(a), (-1, 1)) * np.reshape(np.ravel(b), (1, -1)))
-
-
-# Data movements: each element of the result is one element of the arrays
-# given (or a constant); transposed by the positions ``func`` moves.  Those
-# numpy returns as views are marked so, for the write rules.
-_VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
-          np.expand_dims, np.flip, np.fliplr, np.flipud, np.rot90, np.diagonal,
-          np.broadcast_to, np.atleast_1d, np.atleast_2d, np.atleast_3d,
-          np.diag}       # (a view of a 2-d array's diagonal; taken as one for 1-d too)
-_MOVEMENTS = _VIEWS | {np.roll, np.tile, np.repeat, np.take, np.take_along_axis, np.pad,
-                       np.triu, np.tril, np.concatenate, np.stack, np.hstack, np.vstack,
-                       np.dstack, np.column_stack, np.append, np.delete, np.resize}
-
-
-def _moved(func, args, kwargs):
-    """``func(*args, **kwargs)`` of a data movement, and its transpose."""
-    tape = _tape(list(args) + list(kwargs.values()))
-    inner_args, inner_kwargs = _inner(list(args)), {k: _inner(v) for k, v in kwargs.items()}
-    value = func(*inner_args, **inner_kwargs)
-    sources = []
-    offset = [1]
-
-    def positions(a):
-        if isinstance(a, Adjoint):
-            size = a.size
-            sources.append((a, offset[0]))
-            p = np.arange(offset[0], offset[0] + size, dtype=np.int64).reshape(a.shape)
-            offset[0] += size
-            return p
-        if type(a) in (list, tuple):
-            return type(a)(positions(b) for b in a)
-        if isinstance(a, np.ndarray) or isinstance(a, numbers.Number):
-            return np.zeros(np.shape(a), dtype=np.int64)
-        return a
-    # (the arrays moved are the first argument: a sequence of them for the stacks)
-    moved_args = [positions(args[0])] + list(inner_args[1:])
-    moved_kwargs = dict(inner_kwargs)
-    if func is np.pad:
-        moved_kwargs.pop("constant_values", None)
-        mode = moved_kwargs.get("mode", args[2] if len(args) > 2 else "constant")
-        if mode not in ("constant", "edge", "wrap", "reflect", "symmetric", "empty"):
-            raise _refused("numpy.pad(mode=%r)" % (mode,), "modes that copy values only")
-        if mode == "empty":
-            raise _refused("numpy.pad(mode='empty')", "the padding is undefined")
-    if func is np.append:
-        moved_args = [positions(args[0]), positions(args[1])] + list(inner_args[2:])
-    where = np.asarray(func(*moved_args, **moved_kwargs))
-    if where.shape != np.shape(value) or where.dtype != np.int64:
-        raise _refused("numpy." + func.__name__ + " of these arguments",
-                       "its result is not a movement of the arrays' elements")
-    base = args[0] if func in _VIEWS and isinstance(args[0], Adjoint) else None
-    if tape is None:
-        return value
-    flat = where.reshape(-1)
-    parents = [(a.node, _gathered_back(flat, start, a.size, a.shape, a.inner))
-               for a, start in sources]
-    return _new(value, tape, parents, base=base)
-
-
-def _gathered_back(flat, start, size, shape, like):
-    """The transpose of a movement for the array at positions ``start ..``."""
-    mine = (flat >= start) & (flat < start + size)
-    places = np.flatnonzero(mine)
-    taken = flat[places] - start
-    most = int(np.bincount(taken, minlength=size).max(initial=0))
-    if taken.size == size and most == 1:
-        order = np.empty(size, dtype=np.int64)
-        order[taken] = places
-        if len(flat) == size and np.array_equal(order, np.arange(size)):
-            return lambda g: np.reshape(g, shape)     # (a reshape)
-        return lambda g: np.reshape(np.reshape(g, -1)[order], shape)
-    unique = most <= 1
-
-    def vjp(g):
-        z = _zeros(size, like)
-        if unique:
-            z[taken] = np.reshape(g, -1)[places]
-        else:
-            np.add.at(z, taken, np.reshape(g, -1)[places])
-        return np.reshape(z, shape)
-    return vjp
-
-
-_CREATION = {np.zeros: np.zeros, np.ones: np.ones, np.empty: np.zeros, np.full: np.full}
-
-FUNCTIONS = {f: _plain_result(f) for f in (
-    np.argmax, np.argmin, np.argsort, np.any, np.all, np.nonzero, np.count_nonzero,
-    np.isclose, np.allclose, np.array_equal, np.searchsorted, np.flatnonzero, np.shape,
-    np.ndim, np.size)}
-FUNCTIONS.update({
-    np.sum: _sum_function, np.mean: _mean, np.cumsum: _cumsum, np.dot: _dot,
-    np.matmul: lambda a, b, **kw: _into(kw.pop("out", None), _ufunc(np.matmul, (a, b))),
-    np.where: _where, np.clip: _clip, np.copy: _copy, np.diff: _diff,
-    np.linalg.norm: _norm, np.trace: _trace, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
-    np.zeros_like: _like(np.zeros_like), np.ones_like: _like(np.ones_like),
-    np.empty_like: _like(np.zeros_like), np.full_like: _like(np.full_like),
-    np.max: _selection(np.argmax, np.max), np.amax: _selection(np.argmax, np.max),
-    np.min: _selection(np.argmin, np.min), np.amin: _selection(np.argmin, np.min),
-})
-
+#: numpy function -> its rule, ``rule(*args, **kwargs)`` (an Adjoint, or a
+#: plain result); filled by :mod:`sparsegrad._adjoint_functions`
+FUNCTIONS = {}
 
 def gradient_and_value(f, args, kwargs, position):
     """``(gradient, value)`` of the scalar ``f`` in its argument ``position``,
@@ -999,7 +734,7 @@ def gradient_and_value(f, args, kwargs, position):
     """
     x = args[position]
     tape = Tape(deferring=type(x) is not np.ndarray)
-    leaf = _new(x, tape)
+    leaf = new(x, tape)
     args = tuple(args[:position]) + (leaf,) + tuple(args[position + 1:])
     out = f(*args, **kwargs)
     inner = out.plain() if isinstance(out, Adjoint) else out
@@ -1008,9 +743,9 @@ def gradient_and_value(f, args, kwargs, position):
                          % (_WHERE, np.shape(inner)))
     value = np.reshape(inner, ())
     if not isinstance(out, Adjoint):
-        return _zeros(np.shape(x), x), value
+        return zeros(np.shape(x), x), value
     seed = np.ones(np.shape(inner))
     g = tape.adjoint(out.node, seed, leaf.node) if out.node != leaf.node else seed
     if g is None:
-        g = _zeros(np.shape(x), x)
+        g = zeros(np.shape(x), x)
     return g, value

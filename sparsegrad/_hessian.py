@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse
 
 from . import _adjoint
+from . import _adjoint_functions  # noqa: F401  (registers the numpy functions)
 from . import _api
 
 __all__ = ["hessian", "value_grad_and_hessian", "hvp", "hessian_sparsity"]
