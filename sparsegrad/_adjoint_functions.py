@@ -198,6 +198,52 @@ def _outer(a, b, out=None):
     return into(out, np.reshape(np.ravel(a), (-1, 1)) * np.reshape(np.ravel(b), (1, -1)))
 
 
+def _einsum(subscripts, *operands, out=None, optimize=False, **kwargs):
+    """``np.einsum`` in its subscripts form, each operand's subscripts without
+    repeats (no diagonals) and no ellipsis: the transpose for an operand is
+    the einsum of the adjoint with the others, broadcast along the letters
+    only that operand sums over."""
+    no_options("numpy.einsum", kwargs)
+    if not isinstance(subscripts, str) or "." in subscripts:
+        raise refused("numpy.einsum of this form", "subscripts as a string, without "
+                      "ellipsis")
+    spec = subscripts.replace(" ", "")
+    terms, arrow, output = spec.partition("->")
+    terms = terms.split(",")
+    if not arrow:
+        letters = "".join(terms)
+        output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if len(terms) != len(operands) or any(len(set(t)) != len(t) for t in terms + [output]):
+        raise refused("numpy.einsum(%r)" % subscripts, "a letter repeated in one operand's "
+                      "or the output's subscripts (a diagonal)")
+    inner = [inner_of(o) for o in operands]
+    value = np.einsum(subscripts, *inner, optimize=optimize)
+    tape = tape_of(operands)
+    if tape is None:
+        return into(out, value)
+    parents = []
+    for k, operand in enumerate(operands):
+        if isinstance(operand, Adjoint):
+            parents.append((operand.node, _einsum_transpose(k, terms, output, inner)))
+    return into(out, new(value, tape, parents))
+
+
+def _einsum_transpose(k, terms, output, inner):
+    others = [t for j, t in enumerate(terms) if j != k]
+    arrays = [a for j, a in enumerate(inner) if j != k]
+    mine, shape = terms[k], np.shape(inner[k])
+    kept = "".join(c for c in mine if c in output or any(c in t for t in others))
+    spec = ",".join([output] + others) + "->" + kept
+    expanded = tuple(n if c in kept else 1 for c, n in zip(mine, shape))
+
+    def vjp(g):
+        part = np.einsum(spec, g, *arrays)
+        if kept == mine:
+            return part
+        return np.broadcast_to(np.reshape(part, expanded), shape)
+    return vjp
+
+
 # Data movements: each element of the result is one element of the arrays
 # given (or a constant); transposed by the positions ``func`` moves.  Those
 # numpy returns as views are marked so, for the write rules.
@@ -287,7 +333,7 @@ FUNCTIONS.update({
     np.sum: _sum_function, np.mean: _mean, np.cumsum: _cumsum, np.dot: _dot,
     np.matmul: lambda a, b, **kw: into(kw.pop("out", None), apply_ufunc(np.matmul, (a, b))),
     np.where: _where, np.clip: _clip, np.copy: _copy, np.diff: _diff,
-    np.linalg.norm: _norm, np.trace: _trace, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
+    np.einsum: _einsum, np.linalg.norm: _norm, np.trace: _trace, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
     np.zeros_like: _like(np.zeros_like), np.ones_like: _like(np.ones_like),
     np.empty_like: _like(np.zeros_like), np.full_like: _like(np.full_like),
     np.max: _selection(np.argmax, np.max), np.amax: _selection(np.argmax, np.max),

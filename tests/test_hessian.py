@@ -416,3 +416,30 @@ def test_a_zero_d_array_made_to_be_written_keeps_numpy_semantics():
         return alias * x[1]
     H = sparsegrad.hessian(f)(np.array([3.0, 5.0]))
     np.testing.assert_array_equal(H.toarray(), [[10.0, 6.0], [6.0, 0.0]])
+
+
+K = np.arange(24.0).reshape(2, 3, 4) / 10.0 - 1.0
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(np.einsum("eij,ej->ei", K, x.reshape(2, 4)) ** 2),
+    lambda x: np.einsum("i,i", x, x) * np.einsum("i->", np.exp(x)),
+    lambda x: np.sum(np.einsum("ij,jk", x.reshape(2, 4), np.exp(x.reshape(4, 2))) ** 3),
+    lambda x: np.sum(np.einsum("ij->ji", x.reshape(2, 4)) * np.einsum("ab,c->abc",
+                     x.reshape(2, 4), x[:3]).sum(axis=2).T),
+    lambda x: np.sum(np.einsum("ijk,ij", K, x.reshape(2, 4)[:, :3]) ** 2),  # k only in K
+    lambda x: np.einsum("ij->", np.sin(x.reshape(2, 4))) ** 2,              # implicit output
+])
+def test_einsum(f):
+    x = np.linspace(0.2, 0.9, 8)
+    value, gradient, H = sparsegrad.value_grad_and_hessian(f, trace=False)(x)
+    assert value == f(x)
+    np.testing.assert_allclose(gradient, sparsegrad.gradient(f, trace=False)(x), rtol=1e-13,
+                               atol=1e-13)
+    np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_einsum_of_diagonals_is_refused():
+    with pytest.raises(UnsupportedOperationError, match="a letter repeated"):
+        sparsegrad.hessian(lambda x: np.einsum("ii->i", x.reshape(2, 2)).sum())(np.ones(4))
