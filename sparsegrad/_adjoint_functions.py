@@ -82,6 +82,35 @@ def _cumsum(a, axis=None, dtype=None, out=None):
     return into(out, new(value, a.tape, ((a.node, vjp),)))
 
 
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    """``np.prod`` along one axis or all: the partial of each factor is the
+    product of the others, made of products before and after it (no
+    division: right at zeros too)."""
+    no_options("numpy.prod", dict(kwargs, dtype=dtype))
+    inner = inner_of(a)
+    value = np.prod(inner, axis=axis, keepdims=keepdims)
+    if not isinstance(a, Adjoint):
+        return into(out, value)
+    shape = a.shape
+    if axis is None:
+        lines, axis_ = np.reshape(inner, (-1,)), 0
+    elif isinstance(axis, numbers.Integral):
+        lines, axis_ = inner, normalize_axis_tuple(axis, len(shape))[0]
+    else:
+        raise refused("numpy.prod(axis=%r)" % (axis,), "one axis or all")
+    moved = np.moveaxis(lines, axis_, -1)
+    ones = np.ones(np.shape(moved)[:-1] + (1,))
+    before = np.concatenate([ones, np.cumprod(moved, axis=-1)[..., :-1]], axis=-1)
+    after = np.flip(np.concatenate([ones, np.cumprod(np.flip(moved, -1), axis=-1)[..., :-1]],
+                                   axis=-1), -1)
+    others = np.moveaxis(before * after, -1, axis_)
+    kept = tuple(1 if axis is None or i == axis_ else n for i, n in enumerate(np.shape(lines)))
+
+    def vjp(g):
+        return np.reshape(np.reshape(g, kept) * others, shape)
+    return into(out, new(value, a.tape, ((a.node, vjp),)))
+
+
 def _selection(argfunction, function):
     """``np.max`` / ``np.min``: each result the first element reaching it (as
     ``np.argmax`` finds it), a movement of the elements."""
@@ -333,7 +362,7 @@ FUNCTIONS.update({
     np.sum: _sum_function, np.mean: _mean, np.cumsum: _cumsum, np.dot: _dot,
     np.matmul: lambda a, b, **kw: into(kw.pop("out", None), apply_ufunc(np.matmul, (a, b))),
     np.where: _where, np.clip: _clip, np.copy: _copy, np.diff: _diff,
-    np.einsum: _einsum, np.linalg.norm: _norm, np.trace: _trace, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
+    np.prod: _prod, np.einsum: _einsum, np.linalg.norm: _norm, np.trace: _trace, np.vdot: _vdot, np.inner: _vdot, np.outer: _outer,
     np.zeros_like: _like(np.zeros_like), np.ones_like: _like(np.ones_like),
     np.empty_like: _like(np.zeros_like), np.full_like: _like(np.full_like),
     np.max: _selection(np.argmax, np.max), np.amax: _selection(np.argmax, np.max),
