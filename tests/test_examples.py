@@ -182,3 +182,17 @@ def test_finite_element_energy_newton_finds_the_manufactured_minimiser():
     assert result["error"] < 1e-11
     assert result["gradient_fd_rel_error"] < 1e-6
     assert result["hvp_fd_rel_error"] < 1e-6
+
+
+@pytest.mark.parametrize("solver", ["amg", "superlu"])
+def test_minimal_surface_matches_scherks_surface(solver):
+    if solver == "amg":
+        pytest.importorskip("pyamg")
+    result = _load("minimal_surface").main(n=40, solver=solver, verbose=False)
+    assert result["passed"], result["checks"]
+    assert result["iterations"] <= 8
+    assert result["euler_lagrange"] <= 1e-9
+    assert np.all(np.diff(result["areas"]) <= 1e-14)
+    # the discretisation error at the nodes and of the area falls as h^2
+    assert 1.8 <= result["order"] <= 2.2 and 1.8 <= result["area_order"] <= 2.2
+    assert result["error"] < 1e-4
