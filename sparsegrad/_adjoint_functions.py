@@ -327,7 +327,7 @@ def _moved(func, args, kwargs):
     flat = where.reshape(-1)
     parents = [(a.node, _gathered_back(flat, start, a.size, a.shape, a.inner))
                for a, start in sources]
-    return new(value, tape, parents, base=base)
+    return new(value, tape, parents, base=base, array=base is not None)
 
 
 def _gathered_back(flat, start, size, shape, like):

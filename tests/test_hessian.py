@@ -458,3 +458,14 @@ def test_prod(f, x):
     assert value == f(x)
     np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
                                atol=1e-12)
+
+
+def test_a_zero_d_view_is_an_array():
+    # np.squeeze of a 1-element array is a 0-d view: += would change x in
+    # numpy; here it is refused as a write through a view
+    def f(x):
+        v = np.squeeze(x)
+        v += 1.0
+        return np.sum(x ** 2)
+    with pytest.raises(UnsupportedOperationError, match="through a view"):
+        sparsegrad.hessian(f)(np.array([1.1592]))
