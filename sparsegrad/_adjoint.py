@@ -745,7 +745,8 @@ def gradient_and_value(f, args, kwargs, position):
     if not isinstance(out, Adjoint):
         return zeros(np.shape(x), x), value
     seed = np.ones(np.shape(inner))
-    g = tape.adjoint(out.node, seed, leaf.node) if out.node != leaf.node else seed
+    # (node 0, the argument as it came: a write into x inside f makes x a later node)
+    g = tape.adjoint(out.node, seed, 0) if out.node != 0 else seed
     if g is None:
         g = zeros(np.shape(x), x)
     return g, value

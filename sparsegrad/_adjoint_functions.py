@@ -92,6 +92,8 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
     if not isinstance(a, Adjoint):
         return into(out, value)
     shape = a.shape
+    if a.size == 0:
+        return into(out, new(value, a.tape, ((a.node, lambda g: zeros(shape, inner)),)))
     if axis is None:
         lines, axis_ = np.reshape(inner, (-1,)), 0
     elif isinstance(axis, numbers.Integral):

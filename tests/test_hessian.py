@@ -469,3 +469,22 @@ def test_a_zero_d_view_is_an_array():
         return np.sum(x ** 2)
     with pytest.raises(UnsupportedOperationError, match="through a view"):
         sparsegrad.hessian(f)(np.array([1.1592]))
+
+
+def test_a_write_into_the_argument_is_differentiated_from_the_argument():
+    # x[:] is a view: *= changes x, and f's result depends on x as it came
+    def s(x):
+        v = x[:]
+        v *= -1.0
+        y = np.concatenate([np.ravel(v), np.diff(np.sinh(v))])
+        return np.sum(y) + np.sum(y * y) / 2
+    x = np.array([-0.8255, -0.5667, 0.2412, -1.2201])
+    value, gradient, H = sparsegrad.value_grad_and_hessian(s, trace=False)(x)
+    np.testing.assert_allclose(gradient, sparsegrad.gradient(s, trace=False)(x), rtol=1e-14)
+    np.testing.assert_allclose(H.toarray(), complex_step_hessian(s, x), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_prod_of_nothing():
+    H = sparsegrad.hessian(lambda x: np.prod(x[:0]) * np.sum(x ** 2))(np.ones(3))
+    np.testing.assert_array_equal(H.toarray(), 2 * np.eye(3))
