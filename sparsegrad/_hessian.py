@@ -86,9 +86,11 @@ def symmetric(matrix):
     if order is not None:
         if matrix.dtype == bool:
             return matrix
-        data = (matrix.data + matrix.data[order]) * 0.5
-        return scipy.sparse.csr_matrix((data, matrix.indices.copy(), matrix.indptr.copy()),
-                                       shape=(n, n))
+        data = np.add(matrix.data, matrix.data[order])
+        data *= 0.5
+        # (the pattern's arrays are shared, as the Jacobians of one recorded
+        # path share theirs)
+        return scipy.sparse.csr_matrix((data, matrix.indices, matrix.indptr), shape=(n, n))
     coo = matrix.tocoo()
     rows = np.concatenate([coo.row, coo.col])
     columns = np.concatenate([coo.col, coo.row])
