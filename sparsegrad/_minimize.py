@@ -24,6 +24,7 @@ from scipy.optimize import OptimizeResult
 
 from ._api import extra_arguments
 from ._hessian import _value_grad_and_hessian
+from ._progress import Progress
 from ._value import is_forward as _is_forward
 
 __all__ = ["minimize", "STATUS"]
@@ -147,30 +148,6 @@ def _progress_interval(progress, verbose):
         return float(progress)
     raise ValueError("%s: progress must be True, False, None or a number of seconds "
                      ">= 0, not %r" % (_NAME, progress))
-
-
-class _Progress:
-    """A line saying where a long minimisation is, at most every ``interval`` seconds
-    (``minimize`` keeps ``iteration``, ``value`` and ``gradient_norm`` up to date)."""
-
-    def __init__(self, interval, start):
-        self.interval = interval
-        self.start = self.last = start
-        self.iteration = 0
-        self.value = self.gradient_norm = np.nan
-
-    def quiet(self):
-        self.last = _clock()
-
-    def update(self, doing):
-        if self.interval is None:
-            return
-        now = _clock()
-        if now - self.last >= self.interval:
-            self.last = now
-            print("minimize: %.1f s, iteration %d, f = %.6e, max|g| = %.4e: %s"
-                  % (now - self.start, self.iteration, self.value, self.gradient_norm,
-                     doing), flush=True)
 
 
 def _norm(v):
@@ -320,7 +297,8 @@ def minimize(f, x0, args=(), *, gtol=1e-8, xtol=1e-12, maxiter=100, verbose=Fals
 
     interval = _progress_interval(progress, verbose)
     start = _clock()
-    report = _Progress(interval, start)
+    report = Progress("minimize", interval, start, _clock)
+    report.state = "f = nan, max|g| = nan"
     x = x.reshape(-1)
     value, g, H = derivatives(x)
     gradient_norm = _norm(g)
@@ -360,7 +338,8 @@ def minimize(f, x0, args=(), *, gtol=1e-8, xtol=1e-12, maxiter=100, verbose=Fals
         if nit >= maxiter:
             return finish(-1, "maxiter=%d, f = %.6e, max|g| = %.3e"
                           % (maxiter, value, gradient_norm))
-        report.iteration, report.value, report.gradient_norm = nit + 1, value, gradient_norm
+        report.iteration = nit + 1
+        report.state = "f = %.6e, max|g| = %.4e" % (value, gradient_norm)
         try:
             lu, mu = _shifted_factor(H, report.update, counts)
         except _NotPositiveDefinite as error:

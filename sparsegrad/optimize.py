@@ -29,6 +29,7 @@ from scipy.optimize import OptimizeResult
 from . import _backend
 from ._api import _value_and_jacobian, extra_arguments
 from ._minimize import minimize
+from ._progress import Progress
 from ._value import is_forward as _is_forward
 
 __all__ = ["newton", "minimize", "OptimizeResult", "direct_solvers"]
@@ -455,35 +456,6 @@ def _progress_interval(progress, verbose):
                      "a number of seconds >= 0, not %r" % (progress,))
 
 
-class _Progress:
-    """A line saying where a long solve is, printed at most every ``interval`` seconds.
-
-    ``newton`` keeps ``iteration`` (the one under way) and ``norm`` (max|F| at its
-    start) up to date and calls ``update(doing)`` where it may wait long: before a
-    linear solve, at every Krylov iteration, before every evaluation.  A line is
-    printed when ``interval`` seconds have passed since the start, the last
-    progress line or the last line of the verbose table (``quiet``).
-    """
-
-    def __init__(self, interval, start):
-        self.interval = interval
-        self.start = self.last = start
-        self.iteration = 0
-        self.norm = np.nan
-
-    def quiet(self):
-        self.last = _clock()
-
-    def update(self, doing):
-        if self.interval is None:
-            return
-        now = _clock()
-        if now - self.last >= self.interval:
-            self.last = now
-            print("newton: %.1f s, iteration %d, max|F| = %.4e: %s"
-                  % (now - self.start, self.iteration, self.norm, doing), flush=True)
-
-
 #: a band LU with at most this many entries (160 MB) is cheap next to Krylov solves
 _SMALL_BAND_LU = 2 * 10 ** 7
 
@@ -762,7 +734,8 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
     interval = _progress_interval(progress, verbose)
     krylov = solve if isinstance(solve, _KrylovSolve) else None
     start = _clock()
-    report = _Progress(interval, start)
+    report = Progress("newton", interval, start, _clock)
+    report.state = "max|F| = nan"
     x = x.reshape(-1)
     f, J = residual_and_jacobian(x)
     norm = _norm(f)
@@ -845,7 +818,7 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
     while True:
         if nit >= maxiter:
             return finish(-1, "maxiter=%d, max|F| = %.3e" % (maxiter, norm))
-        report.iteration, report.norm = nit + 1, norm
+        report.iteration, report.state = nit + 1, "max|F| = %.4e" % norm
         if krylov is not None and krylov.adaptive:
             norm2 = float(np.linalg.norm(f))
             eta = krylov.rtol = _forcing_term(eta, norm2, previous_norm2, tol)
@@ -907,7 +880,7 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
             f, norm = f_trial, norm_trial
             norms.append(norm)
             return finish(0)
-        report.iteration, report.norm = nit + 1, norm_trial
+        report.iteration, report.state = nit + 1, "max|F| = %.4e" % norm_trial
         report.update("evaluating F and its Jacobian")
         f, J = residual_and_jacobian(x)
         norm = _norm(f)
