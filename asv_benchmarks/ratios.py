@@ -86,8 +86,8 @@ __all__ = ["TARGETS", "REPEATED_TARGETS", "SPARSITY_TARGET", "MEMORY_TARGET", "S
            "scaling", "scaling_steps",
            "measure_growth", "FIXED_COST_SIZES", "measure_fixed_cost", "FIRST_CALL_TARGET",
            "RECORDED_FIXED_COST_TARGET", "ENGINE_TARGETS", "measure_first_call",
-           "measure_floor", "HESSIAN_TARGET", "measure_hessian", "report_hessians", "run",
-           "main"]
+           "measure_floor", "interleaved", "HESSIAN_TARGET", "measure_hessian",
+           "report_hessians", "run", "main"]
 
 # ---------------------------------------------------------------- speed targets
 
@@ -185,6 +185,22 @@ def _loops(func, min_time):
         number = max(number + 1, min(number * 10, wanted))
 
 
+def interleaved(funcs, repeats, min_time):
+    """``(samples, loops)``: seconds per call of each of ``funcs`` (a dict of
+    name -> function), ``repeats`` samples each, the functions taken in turn
+    so that slow drifts of the machine reach all alike; each called once
+    first (imports, caches, first touch of memory) and sampled over enough
+    calls to last ``min_time``."""
+    for f in funcs.values():
+        f()
+    loops = {name: _loops(f, min_time) for name, f in funcs.items()}
+    samples = {name: [] for name in funcs}
+    for _ in range(repeats):
+        for name, f in funcs.items():
+            samples[name].append(_sample(f, loops[name]))
+    return samples, loops
+
+
 def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
                   residual_in_pool=False, sync=None, fault_free=False, by_hand=None,
                   traced=False):
@@ -249,13 +265,7 @@ def measure_times(residual, x0, repeats=7, min_time=0.02, sparsity=True,
     start = time.perf_counter()
     funcs["jacobian"]()
     first = time.perf_counter() - start
-    for f in funcs.values():       # warm up: imports, caches, first-touch of memory
-        f()
-    loops = {name: _loops(f, min_time) for name, f in funcs.items()}
-    samples = {name: [] for name in funcs}
-    for _ in range(repeats):
-        for name, f in funcs.items():
-            samples[name].append(_sample(f, loops[name]))
+    samples, loops = interleaved(funcs, repeats, min_time)
     out = {name: statistics.median(s) for name, s in samples.items()}
 
     def ratio(top, bottom):
@@ -539,13 +549,7 @@ def measure_hessian(key, n, repeats=7, min_time=0.02):
     funcs = {"energy": lambda: energy(x0), "recorded": lambda: evaluate(x0),
              "eager": functools.partial(sparsegrad.value_grad_and_hessian(energy, trace=False),
                                         x0)}
-    for f in funcs.values():
-        f()
-    loops = {name: _loops(f, min_time) for name, f in funcs.items()}
-    samples = {name: [] for name in funcs}
-    for _ in range(repeats):
-        for name, f in funcs.items():
-            samples[name].append(_sample(f, loops[name]))
+    samples, _ = interleaved(funcs, repeats, min_time)
     out = {name: statistics.median(v) for name, v in samples.items()}
     out["ratio"] = statistics.median(r / e for r, e in zip(samples["recorded"],
                                                             samples["energy"]))
