@@ -28,7 +28,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import _ufunc_rules as rules
 from ._errors import UnsupportedOperationError
-from ._value import object_holder
+from ._value import object_holder, value as _forward_value
 
 __all__ = ["Adjoint", "AdjointArray", "gradient_and_value"]
 
@@ -255,45 +255,11 @@ class Adjoint(NDArrayOperatorsMixin):
         return "Adjoint(%r)" % (self.inner,)
 
     # ---- methods -----------------------------------------------------------
-    def reshape(self, *shape, order="C"):
-        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
-            shape = shape[0]
-        return np.reshape(self, shape, order=order)
-
-    def ravel(self, order="C"):
-        return np.ravel(self, order=order)
-
-    def flatten(self, order="C"):
-        return np.copy(np.ravel(self, order=order))
-
-    def transpose(self, *axes):
-        if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
-            axes = axes[0]
-        return np.transpose(self, axes or None)
-
-    def swapaxes(self, a, b):
-        return np.swapaxes(self, a, b)
-
-    def squeeze(self, axis=None):
-        return np.squeeze(self, axis=axis)
-
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
-        return np.sum(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kwargs)
-
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
-        return np.mean(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kwargs)
-
-    def cumsum(self, axis=None, dtype=None, out=None):
-        return np.cumsum(self, axis=axis, dtype=dtype, out=out)
-
-    def dot(self, other):
-        return np.dot(self, other)
-
-    def clip(self, min=None, max=None):
-        return np.clip(self, min, max)
-
-    def copy(self, order="C"):
-        return np.copy(self)
+    # (the forward value's: numpy's method signatures onto numpy's functions,
+    # which reach __array_function__; other ndarray methods by __getattr__)
+    reshape = _forward_value.reshape
+    transpose = _forward_value.transpose
+    flatten = _forward_value.flatten
 
     def conj(self):
         return self
