@@ -24,7 +24,7 @@ from scipy.optimize import OptimizeResult
 
 from ._api import extra_arguments
 from ._hessian import _value_grad_and_hessian
-from ._progress import Progress
+from ._progress import Progress, interval as progress_interval
 from ._value import is_forward as _is_forward
 
 __all__ = ["minimize", "STATUS"]
@@ -135,19 +135,6 @@ def _shifted_factor(H, update, state):
 
 #: the clock of verbose times and progress lines (a test may replace it)
 _clock = time.perf_counter
-
-
-def _progress_interval(progress, verbose):
-    """Seconds between progress lines, or None for none (as newton's ``progress``)."""
-    if progress is None:
-        return 1.0 if verbose else None
-    if isinstance(progress, (bool, np.bool_)):
-        return 1.0 if progress else None
-    if (isinstance(progress, (int, float, np.integer, np.floating))
-            and 0 <= progress < np.inf):
-        return float(progress)
-    raise ValueError("%s: progress must be True, False, None or a number of seconds "
-                     ">= 0, not %r" % (_NAME, progress))
 
 
 def _norm(v):
@@ -295,7 +282,7 @@ def minimize(f, x0, args=(), *, gtol=1e-8, xtol=1e-12, maxiter=100, verbose=Fals
         value, gradient, H = evaluate(x_flat.reshape(shape), *args)
         return float(value), np.asarray(gradient, dtype=np.float64).reshape(-1), H
 
-    interval = _progress_interval(progress, verbose)
+    interval = progress_interval(progress, verbose, _NAME)
     start = _clock()
     report = Progress("minimize", interval, start, _clock)
     report.state = "f = nan, max|g| = nan"

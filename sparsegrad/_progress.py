@@ -8,7 +8,24 @@
 >>> report.update("factorising")
 solve: 1.2 s, iteration 3, max|F| = 1e-02: factorising
 """
-__all__ = ["Progress"]
+import numpy as np
+
+__all__ = ["Progress", "interval"]
+
+
+def interval(progress, verbose, name):
+    """Seconds between progress lines, or None for none, from a solver's
+    ``progress`` argument (True: every second; None: every second when
+    ``verbose``); ValueError naming the solver ``name`` for anything else."""
+    if progress is None:
+        return 1.0 if verbose else None
+    if isinstance(progress, (bool, np.bool_)):
+        return 1.0 if progress else None
+    if (isinstance(progress, (int, float, np.integer, np.floating))
+            and 0 <= progress < np.inf):
+        return float(progress)
+    raise ValueError("%s: progress must be True, False, None or a number of seconds "
+                     ">= 0, not %r" % (name, progress))
 
 
 class Progress:

@@ -29,7 +29,7 @@ from scipy.optimize import OptimizeResult
 from . import _backend
 from ._api import _value_and_jacobian, extra_arguments
 from ._minimize import minimize
-from ._progress import Progress
+from ._progress import Progress, interval as progress_interval
 from ._value import is_forward as _is_forward
 
 __all__ = ["newton", "minimize", "OptimizeResult", "direct_solvers"]
@@ -444,18 +444,6 @@ def _checked_solve(solve, J, b):
 _clock = time.perf_counter
 
 
-def _progress_interval(progress, verbose):
-    """Seconds between progress lines, or None for none (see newton's ``progress``)."""
-    if progress is None:
-        return 1.0 if verbose else None
-    if isinstance(progress, (bool, np.bool_)):
-        return 1.0 if progress else None
-    if _is_number(progress) and 0 <= progress < np.inf:
-        return float(progress)
-    raise ValueError("sparsegrad.optimize.newton: progress must be True, False, None or "
-                     "a number of seconds >= 0, not %r" % (progress,))
-
-
 #: a band LU with at most this many entries (160 MB) is cheap next to Krylov solves
 _SMALL_BAND_LU = 2 * 10 ** 7
 
@@ -731,7 +719,7 @@ def newton(F, x0, args=(), *, tol=1e-10, rtol=0.0, xtol=1e-12, maxiter=50,
                              "complex numbers, or make F return real values")
         return f, J
 
-    interval = _progress_interval(progress, verbose)
+    interval = progress_interval(progress, verbose, "sparsegrad.optimize.newton")
     krylov = solve if isinstance(solve, _KrylovSolve) else None
     start = _clock()
     report = Progress("newton", interval, start, _clock)
