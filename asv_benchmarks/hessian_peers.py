@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import problems as _problems
-from .ratios import _loops, _sample
+from .ratios import interleaved
 
 __all__ = ["PEERS", "TOLERANCE", "casadi_peer", "asdex_peer", "check", "measure", "report",
            "main"]
@@ -38,36 +38,16 @@ __all__ = ["PEERS", "TOLERANCE", "casadi_peer", "asdex_peer", "check", "measure"
 TOLERANCE = 1e-10
 
 
-def _grid(n):
-    """``h`` and the boundary values, as ``MinimalSurface.setup`` makes them."""
-    h = 1.0 / (n + 1)
-    t = np.linspace(0.0, 1.0, n + 2)
-    boundary = np.sin(np.pi * t)[:, None] * np.cos(np.pi * t)[None, :]
-    boundary[1:-1, 1:-1] = 0.0
-    return h, boundary
-
-
-def _area(U, h, sqrt, total):
-    """The energy of the padded grid ``U``: the formula of ``MinimalSurface``."""
-    east = U[1:, 1:] - U[1:, :-1]
-    west = U[:-1, 1:] - U[:-1, :-1]
-    north = U[1:, 1:] - U[:-1, 1:]
-    south = U[1:, :-1] - U[:-1, :-1]
-    ux = (east + west) / (2 * h)
-    uy = (north + south) / (2 * h)
-    return h * h * total(sqrt(1.0 + ux * ux + uy * uy))
-
-
 def casadi_peer(n, x0):
     """``(call, build seconds, note)``: CasADi SX value, gradient and CSR Hessian."""
     import casadi as ca
-    h, boundary = _grid(n)
+    h, boundary = _problems.MinimalSurface.grid(n)
     start = time.perf_counter()
     x = ca.SX.sym("x", n * n)
     U = ca.SX(ca.DM(boundary))
     # CasADi reshapes column by column: the transpose is numpy's row-major grid
     U[1:n + 1, 1:n + 1] = ca.reshape(x, n, n).T
-    f = _area(U, h, ca.sqrt, lambda a: ca.sum1(ca.sum2(a)))
+    f = _problems.MinimalSurface.area(U, h, ca.sqrt, lambda a: ca.sum1(ca.sum2(a)))
     H, g = ca.hessian(f, x)
     F = ca.Function("F", [x], [f, g, H])
     build = time.perf_counter() - start
@@ -96,11 +76,12 @@ def asdex_peer(n, x0):
     jax.config.update("jax_enable_x64", True)
     import asdex
     import jax.numpy as jnp
-    h, boundary = _grid(n)
+    h, boundary = _problems.MinimalSurface.grid(n)
     boundary = jnp.asarray(boundary)
 
     def energy(x):
-        return _area(jnp.pad(x.reshape(n, n), 1) + boundary, h, jnp.sqrt, jnp.sum)
+        return _problems.MinimalSurface.area(jnp.pad(x.reshape(n, n), 1) + boundary, h,
+                                             jnp.sqrt, jnp.sum)
 
     start = time.perf_counter()
     coloring = asdex.hessian_coloring(energy, x0)
@@ -173,13 +154,7 @@ def measure(n, peers=tuple(PEERS), repeats=7, min_time=0.02, out=print):
         row["notes"][name] = "%s; %s" % (note, check(call(), reference))
         out("%dx%d %s: %s" % (n, n, name, row["notes"][name]))
         funcs[name] = call
-    for f in funcs.values():
-        f()
-    loops = {name: _loops(f, min_time) for name, f in funcs.items()}
-    samples = {name: [] for name in funcs}
-    for _ in range(repeats):
-        for name, f in funcs.items():
-            samples[name].append(_sample(f, loops[name]))
+    samples, _ = interleaved(funcs, repeats, min_time)
     row["energy"] = statistics.median(samples["energy"])
     row["ratios"] = {name: statistics.median(t / e for t, e in zip(s, samples["energy"]))
                      for name, s in samples.items() if name != "energy"}

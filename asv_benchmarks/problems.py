@@ -365,22 +365,35 @@ class MinimalSurface(Problem):
     def size_text(self, n):
         return "%dx%d" % (n, n)
 
-    def setup(self, n, xp=np):
+    @staticmethod
+    def grid(n):
+        """``(h, boundary)``: the spacing and the ``(n + 2) x (n + 2)`` grid of the
+        boundary values (zero inside)."""
         h = 1.0 / (n + 1)
         t = np.linspace(0.0, 1.0, n + 2)
         boundary = np.sin(np.pi * t)[:, None] * np.cos(np.pi * t)[None, :]
         boundary[1:-1, 1:-1] = 0.0
+        return h, boundary
+
+    @staticmethod
+    def area(U, h, sqrt=np.sqrt, total=np.sum):
+        """The energy of the full grid ``U`` (boundary included), with the
+        square root and the sum given (other tools' versions of them too)."""
+        east = U[1:, 1:] - U[1:, :-1]
+        west = U[:-1, 1:] - U[:-1, :-1]
+        north = U[1:, 1:] - U[:-1, 1:]
+        south = U[1:, :-1] - U[:-1, :-1]
+        ux = (east + west) / (2 * h)
+        uy = (north + south) / (2 * h)
+        return h * h * total(sqrt(1.0 + ux * ux + uy * uy))
+
+    def setup(self, n, xp=np):
+        h, boundary = self.grid(n)
         boundary = xp.asarray(boundary)
+        area = self.area
 
         def energy(x):
-            U = np.pad(x.reshape(n, n), 1) + boundary
-            east = U[1:, 1:] - U[1:, :-1]
-            west = U[:-1, 1:] - U[:-1, :-1]
-            north = U[1:, 1:] - U[:-1, 1:]
-            south = U[1:, :-1] - U[:-1, :-1]
-            ux = (east + west) / (2 * h)
-            uy = (north + south) / (2 * h)
-            return h * h * np.sum(np.sqrt(1.0 + ux * ux + uy * uy))
+            return area(np.pad(x.reshape(n, n), 1) + boundary, h)
 
         s = np.arange(1, n + 1) * h
         x0 = xp.asarray((np.sin(np.pi * s)[:, None] * np.cos(np.pi * s)[None, :]).ravel())
