@@ -262,4 +262,5 @@ def hessian_sparsity(f, x, args=(), kwargs=None, *, format="matrix"):
     """
     pattern = _api.sparsity(_stacked(f, 0), x, args, kwargs)
     n = pattern.shape[0] - 1
-    return _api._refusing(_api._convert(symmetric(_leading_rows(pattern, n)), _api._check_format(format)))
+    format = _api._check_format(format)
+    return _api._refusing(_api._convert(symmetric(_leading_rows(pattern, n)), format))

@@ -52,7 +52,8 @@ def reductions(x):
 def selections(x):
     y = np.where(x > 0.5, x ** 3, np.sin(x))
     return (np.sum(np.maximum(x, 0.4) ** 2 + np.minimum(x ** 2, 0.3 * x))
-            + np.sum(np.clip(x, 0.2, 0.9) ** 3) + np.sum(y * x[::-1]) + np.sum(np.abs(x - 0.5) ** 3))
+            + np.sum(np.clip(x, 0.2, 0.9) ** 3) + np.sum(y * x[::-1])
+            + np.sum(np.abs(x - 0.5) ** 3))
 
 
 def products(x):
