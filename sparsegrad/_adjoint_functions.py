@@ -199,7 +199,13 @@ def _like(make):
 
 def _diff(a, n=1, axis=-1, prepend=None, append=None):
     if prepend is not None or append is not None:
-        raise refused("numpy.diff(prepend=, append=)", "concatenate first")
+        # (numpy's: a number becomes one slice along the axis)
+        shape = list(np.shape(inner_of(a)))
+        axis = normalize_axis_tuple(axis, len(shape))[0]
+        shape[axis] = 1
+        ends = [e if e is None or np.ndim(inner_of(e)) else np.broadcast_to(e, shape)
+                for e in (prepend, append)]
+        a = np.concatenate([e for e in (ends[0], a, ends[1]) if e is not None], axis=axis)
     for _ in range(n):
         ndim = np.ndim(inner_of(a))
         axis_ = axis % ndim

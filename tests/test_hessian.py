@@ -489,3 +489,16 @@ def test_a_write_into_the_argument_is_differentiated_from_the_argument():
 def test_prod_of_nothing():
     H = sparsegrad.hessian(lambda x: np.prod(x[:0]) * np.sum(x ** 2))(np.ones(3))
     np.testing.assert_array_equal(H.toarray(), 2 * np.eye(3))
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(np.diff(x, prepend=0.5) ** 3),
+    lambda x: np.sum(np.diff(x.reshape(2, 3), axis=0, append=x[:3].reshape(1, 3) ** 2) ** 3),
+    lambda x: np.sum(np.diff(x.reshape(2, 3), n=2, prepend=x[0], append=[[1.0], [2.0]]) ** 3),
+])
+def test_diff_with_ends(f):
+    x = np.linspace(0.3, 1.1, 6)
+    value, gradient, H = sparsegrad.value_grad_and_hessian(f, trace=False)(x)
+    assert value == f(x)
+    np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
+                               atol=1e-12)
