@@ -329,8 +329,8 @@ def _hessian_section():
         "  derivatives; `numpy.add.reduce`, `numpy.add.at` and `numpy.subtract.at`",
         "- the operators, in-place operators, reads by any index, writes by index",
         "  (each place once) into arrays made by `np.zeros(shape, like=x)` and friends,",
-        "  copies and results, and through views, which alias as numpy's (a write into",
-        "  a read-only view, such as `np.broadcast_to`'s, raises numpy's `ValueError`)",
+        "  copies and results; a write through a view, or into an array while a view of",
+        "  it is alive, is refused (`r[1:] += v` is not: it writes back)",
         "- data movements, transposed by the positions they move:",
     ]
     out += ["  " + line for line in _bullets(_adjoint_functions.MOVEMENTS)]

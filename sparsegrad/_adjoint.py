@@ -12,13 +12,14 @@ values the gradient is a forward value, and its Jacobian is the Hessian
 (reshapes, transposes, flips, rolls, pads, stacks...) are transposed by the
 positions they move, found by running the same numpy function on integers.
 
-Writes follow numpy, views included: into arrays made by ``np.zeros(...,
-like=x)`` and friends, by ``a[key] = b``, ``np.add.at`` and in-place
-operators, through views (numpy's own operation on an array of positions
-says what is a view and which positions it sees) and into arrays that views
-see.
+Writes follow numpy where they can be reproduced exactly: into an array made
+by ``np.zeros(..., like=x)`` and friends, by ``a[key] = b``, ``np.add.at``
+and in-place operators; a write into a view, or into an array while a view of
+it is alive, raises :class:`~sparsegrad.UnsupportedOperationError` instead of
+diverging from numpy.
 """
 import numbers
+import weakref
 
 import numpy as np
 import scipy.sparse
@@ -92,7 +93,6 @@ class _Deferred:
 def source(a):
     """A function giving ``a``'s inner array as it is now (a later in-place
     operation on ``a`` does not change what it gives)."""
-    a.plain()    # (a view reads its base's latest version first)
     if a._pending is not None:
         return a._pending
     inner = a._inner
@@ -154,36 +154,11 @@ def _unbroadcast(g, shape):
     return np.reshape(g, shape)
 
 
-def new(inner, tape, parents=(), base=None, shadow=None, array=False):
+def new(inner, tape, parents=(), base=None, array=False):
     """An :class:`Adjoint` (an :class:`AdjointArray` for n-d ``inner``, or an
     ``array`` made to be written, 0-d too: numpy's 0-d arrays, not scalars)."""
     kind = AdjointArray if array or np.ndim(inner) else Adjoint
-    return kind(inner, tape, parents, base, shadow)
-
-
-def _places(shadow, shape):
-    """The index (a tuple of integer arrays) of positions ``shadow`` in an array
-    of ``shape``; ``()`` for a 0-d array."""
-    if not shape:
-        return ()
-    return np.unravel_index(np.asarray(shadow, dtype=np.int64), shape)
-
-
-def _scatter(places, shape, like):
-    """The transpose of reading ``places`` of an array of ``shape``."""
-    if places == ():
-        return identity
-    flat = np.ravel_multi_index(places, shape).ravel()
-    unique = np.bincount(flat, minlength=int(np.prod(shape))).max(initial=0) <= 1
-
-    def vjp(g):
-        z = zeros(shape, like)
-        if unique:
-            z[places] = g
-        else:
-            np.add.at(z, places, g)
-        return z
-    return vjp
+    return kind(inner, tape, parents, base)
 
 
 def dtype_of(a):
@@ -198,73 +173,33 @@ def zeros(shape, like):
 
 class Adjoint(NDArrayOperatorsMixin):
     """An array of a function being differentiated in reverse: its ``inner``
-    array, and its ``node`` of the tape.
+    array, and its node of the tape.  ``base``: the array it is a view of
+    (writes through it are refused); ``views``: weak references to the views
+    taken of it (writes into it are refused while one is alive)."""
 
-    Views alias as numpy's: an array that numpy would make a view of another
-    holds the array it views (``base``, which is no view) and ``shadow``, what
-    numpy's same operation makes of an integer array of the base's positions
-    (numpy decides what is a view, and which positions it sees).  A write into
-    the base or through any of its views makes a new version of the base; a
-    view reads its positions of the latest version when next used."""
-
-    __slots__ = ("_inner", "_pending", "tape", "_node", "base", "shadow", "version",
-                 "synced")
+    __slots__ = ("_inner", "_pending", "tape", "node", "base", "views", "spot",
+                 "__weakref__")
     __array_priority__ = 2000
 
-    def __init__(self, inner, tape, parents=(), base=None, shadow=None):
+    def __init__(self, inner, tape, parents=(), base=None):
         self._inner = inner
         self._pending = None
         self.tape = tape
-        self._node = tape.add(parents)
-        self.base = base
-        self.shadow = shadow
-        self.version = 0
-        self.synced = base.version if base is not None else 0
-
-    @property
-    def node(self):
-        if self.base is not None and self.synced != self.base.version:
-            self._sync()
-        return self._node
-
-    @node.setter
-    def node(self, node):
-        self._node = node
-
-    def positions(self):
-        """What numpy's operations make of this array's positions: for a view,
-        its ``shadow``; else an integer array of its own (made once)."""
-        if self.base is not None:
-            return self.shadow
-        if self.shadow is None:
-            self.shadow = np.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(self.shape)
-        return self.shadow
-
-    def viewing(self, value, shadow, parents):
-        """The result ``value`` of an operation whose ``shadow`` numpy made of
-        this array's positions: a view of this array's base when numpy's
-        result shares their memory, else an array of its own."""
-        root = self.base if self.base is not None else self
-        if np.may_share_memory(shadow, root.positions()):
-            return new(value, self.tape, parents, base=root, shadow=shadow, array=True)
-        return new(value, self.tape, parents)
-
-    def _sync(self):
-        """Read this view's positions of the base's latest version."""
-        root = self.base
-        places = _places(self.shadow, root.shape)
-        inner = root.inner
-        self._inner = inner[places] if places != () else inner.copy()
-        self._pending = None
-        self._node = self.tape.add(((root._node, _scatter(places, root.shape, inner)),))
-        self.synced = root.version
+        self.node = tape.add(parents)
+        self.base = None
+        self.views = None
+        self.spot = None
+        if base is not None:
+            root = base.base if base.base is not None else base
+            self.base = root
+            if root.views is None:
+                root.views = []
+            root.views.append(weakref.ref(self))
 
     @property
     def inner(self):
         """The array ``f`` would have held (computed when first asked for, for a
         reduction made pending)."""
-        if self.base is not None and self.synced != self.base.version:
-            self._sync()
         if self._pending is not None:
             self._inner = self._pending()
             self._pending = None
@@ -282,8 +217,6 @@ class Adjoint(NDArrayOperatorsMixin):
 
     def plain(self):
         """The values, as a plain array (without computing derivatives)."""
-        if self.base is not None and self.synced != self.base.version:
-            self._sync()
         inner = self._inner
         return getattr(inner, "value", inner) if type(inner) is not np.ndarray else inner
 
@@ -349,42 +282,52 @@ class Adjoint(NDArrayOperatorsMixin):
         return np.copy(self) if copy else self
 
     # ---- writes --------------------------------------------------------------
+    def _writable(self, what, allowed=None):
+        if self.base is not None:
+            raise refused("%s through a view" % what,
+                           "write into the array itself (for example R[1:-1, 1:-1] = ... "
+                           "instead of R.reshape(n, n)[1:-1, 1:-1] = ...)")
+        if self.views:
+            self.views = [ref for ref in self.views if ref() is not None]
+        if self.views and any(ref() is not allowed for ref in self.views):
+            raise refused("%s into an array while a view of it is alive" % what,
+                           "take views after the writes, or copy them")
+
     def _rebind(self, result):
-        """This array now holds ``result``'s values (an in-place operation),
-        written into its base for a view, as numpy's are."""
+        """This array now holds ``result``'s values (an in-place operation).
+
+        On a view by basic indexing of an array (``r[1:] += v`` does this on
+        ``r[1:]`` before writing it back), the values are written into that
+        array, as numpy's are."""
         if np.shape(result.inner) != self.shape:
             raise ValueError("%s: an in-place operation would change the shape %s to %s"
                              % (_WHERE, self.shape, np.shape(result.inner)))
-        if self.base is not None:
-            self._write_through(Ellipsis, result)
+        if self.base is not None and self.spot is not None:
+            root = self.base
+            root._write(self.spot, result, allowed=self)
+            fresh = root[self.spot]
+            self.inner, self.node = fresh.inner, fresh.node
             return
+        self._writable("an in-place operation")
         self._inner, self._pending = result._inner, result._pending
-        self._node = self.tape.add(((result.node, identity),))
-        self.version += 1
+        self.node = self.tape.add(((result.node, identity),))
 
-    def _write_through(self, key, new):
-        """``self[key] = new`` for a view: into its base, at the positions."""
-        if not self.shadow.flags.writeable:
-            raise ValueError("assignment destination is read-only")
-        self.base._write(_places(self.shadow[key], self.base.shape), new)
-
-    def _write(self, key, new):
-        """``self[key] = new`` for an array that is no view."""
+    def _write(self, key, new, allowed=None):
+        self._writable("a write", allowed)
         inner_key = kept(key)
         if not _basic(key) and _has_duplicates(self.shape, inner_key):
             raise refused("a write by an index with repeated entries",
-                          "numpy keeps one of the values written to a place; write "
-                          "each place once, or add with np.add.at")
+                           "numpy keeps one of the values written to a place; write "
+                           "each place once, or add with np.add.at")
         # (copied: the values of earlier operations stay as they were for the sweep)
         inner = self.inner.copy()
         inner[inner_key] = inner_of(new)
-        parents = [(self._node, lambda g: _cleared(g, inner_key))]
+        parents = [(self.node, lambda g: _cleared(g, inner_key))]
         if isinstance(new, Adjoint):
             new_shape = new.shape
             parents.append((new.node, lambda g: _unbroadcast(g[inner_key], new_shape)))
-        self._inner, self._pending = inner, None
-        self._node = self.tape.add(parents)
-        self.version += 1
+        self.inner = inner
+        self.node = self.tape.add(parents)
 
     # ---- numpy's protocols ---------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -460,8 +403,14 @@ class AdjointArray(Adjoint):
                     z = zeros(shape, like)
                     z[inner_key] = g
                     return z
-            # (one element is a scalar, a view of nothing: numpy says which)
-            return self.viewing(result, self.positions()[key], ((self.node, vjp),))
+            items = key if type(key) is tuple else (key,)
+            if np.ndim(result) == 0 and not any(k is Ellipsis for k in items):
+                # (one element: numpy gives a scalar, no view of the array)
+                return new(result, self.tape, ((self.node, vjp),))
+            view = new(result, self.tape, ((self.node, vjp),), base=self, array=True)
+            if self.base is None:
+                view.spot = key
+            return view
 
         def vjp(g):
             z = zeros(shape, like)
@@ -469,12 +418,11 @@ class AdjointArray(Adjoint):
             return z
         return new(result, self.tape, ((self.node, vjp),))
 
-    # ---- writes --------------------------------------------------------------
     def __setitem__(self, key, new):
-        if self.base is not None:
-            self._write_through(key, new)
-        else:
-            self._write(key, new)
+        if (isinstance(new, Adjoint) and new.base is self and new.spot is not None
+                and _basic(key) and _same_key(new.spot, key)):
+            return     # (the values of a view written back where they are)
+        self._write(key, new)
 
 
 def _in_place(ufunc):
@@ -525,6 +473,12 @@ def _pad_widths(key, shape):
         stop = max(stop, start)
         widths.append((start, n - stop))
     return tuple(widths)
+
+
+def _same_key(a, b):
+    a = a if type(a) is tuple else (a,)
+    b = b if type(b) is tuple else (b,)
+    return len(a) == len(b) and all(type(p) is type(q) and p == q for p, q in zip(a, b))
 
 
 def _has_duplicates(shape, key):
@@ -718,10 +672,7 @@ def _ufunc_at(ufunc, target, index, values=None):
     if not isinstance(target, Adjoint):
         raise refused("numpy.%s.at into a plain numpy array" % ufunc.__name__,
                        "make the array with np.zeros(shape, like=x)")
-    if target.base is not None:
-        if not target.shadow.flags.writeable:
-            raise ValueError("assignment destination is read-only")
-        index, target = _places(target.shadow[index], target.base.shape), target.base
+    target._writable("numpy.%s.at" % ufunc.__name__)
     inner_key = kept(index)
     inner = target.inner.copy()
     ufunc.at(inner, inner_key, inner_of(values))
@@ -730,9 +681,8 @@ def _ufunc_at(ufunc, target, index, values=None):
         shape = values.shape
         sign = 1.0 if ufunc is np.add else -1.0
         parents.append((values.node, lambda g: _unbroadcast(sign * g[inner_key], shape)))
-    target._inner, target._pending = inner, None
-    target._node = target.tape.add(parents)
-    target.version += 1
+    target.inner = inner
+    target.node = target.tape.add(parents)
 
 
 #: array creation with ``like=``: what each makes
@@ -741,7 +691,6 @@ CREATION = {np.zeros: np.zeros, np.ones: np.ones, np.empty: np.zeros, np.full: n
 #: numpy function -> its rule, ``rule(*args, **kwargs)`` (an Adjoint, or a
 #: plain result); filled by :mod:`sparsegrad._adjoint_functions`
 FUNCTIONS = {}
-
 
 def gradient_and_value(f, args, kwargs, position):
     """``(gradient, value)`` of the scalar ``f`` in its argument ``position``,

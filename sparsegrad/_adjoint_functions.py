@@ -329,17 +329,13 @@ def _moved(func, args, kwargs):
     if where.shape != np.shape(value) or where.dtype != np.int64:
         raise refused("numpy." + func.__name__ + " of these arguments",
                        "its result is not a movement of the arrays' elements")
+    base = args[0] if func in VIEWS and isinstance(args[0], Adjoint) else None
     if tape is None:
         return value
     flat = where.reshape(-1)
     parents = [(a.node, _gathered_back(flat, start, a.size, a.shape, a.inner))
                for a, start in sources]
-    a = args[0]
-    if func in VIEWS and isinstance(a, Adjoint):
-        # (numpy's own operation on the positions says whether it made a view)
-        shadow = func(a.positions(), *inner_args[1:], **inner_kwargs)
-        return a.viewing(value, shadow, parents)
-    return new(value, tape, parents)
+    return new(value, tape, parents, base=base, array=base is not None)
 
 
 def _gathered_back(flat, start, size, shape, like):
