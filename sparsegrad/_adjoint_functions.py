@@ -262,6 +262,10 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kwargs):
     for k, operand in enumerate(operands):
         if isinstance(operand, Adjoint):
             parents.append((operand.node, _einsum_transpose(k, terms, output, inner)))
+    if len(operands) == 1 and isinstance(operands[0], Adjoint) and set(output) == set(terms[0]):
+        # (numpy's einsum of one operand without a sum is a view of it: writes
+        # through it, or into the operand while it lives, are refused)
+        return into(out, new(value, tape, parents, base=operands[0], array=True))
     return into(out, new(value, tape, parents))
 
 

@@ -502,3 +502,15 @@ def test_diff_with_ends(f):
     assert value == f(x)
     np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
                                atol=1e-12)
+
+
+def test_a_write_into_an_einsum_view_is_refused():
+    # numpy's einsum("ij->ji", a) is a view of a: np.subtract.at into it would
+    # change a, and x through it
+    def f(x):
+        v2 = x.reshape(3, 4)[-3:]
+        v3 = np.einsum("ij->ji", v2)
+        np.subtract.at(v3, np.array([0, 1]), -2.0)
+        return np.sum(x ** 2)
+    with pytest.raises(UnsupportedOperationError, match="view"):
+        sparsegrad.hessian(f)(np.linspace(0.1, 1.2, 12))
