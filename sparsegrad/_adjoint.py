@@ -320,7 +320,7 @@ class Adjoint(NDArrayOperatorsMixin):
                            "numpy keeps one of the values written to a place; write "
                            "each place once, or add with np.add.at")
         # (copied: the values of earlier operations stay as they were for the sweep)
-        inner = self.inner.copy()
+        inner = _copied(self.inner)
         inner[inner_key] = inner_of(new)
         parents = [(self.node, lambda g: _cleared(g, inner_key))]
         if isinstance(new, Adjoint):
@@ -444,6 +444,14 @@ Adjoint.__itruediv__ = _in_place(np.divide)
 
 def identity(g):
     return g
+
+
+def _copied(inner):
+    """A copy of an array to write into, laid out as it is (numpy writes in
+    place: a later reduction runs over the same memory order)."""
+    if type(inner) is np.ndarray or isinstance(inner, _forward_value):
+        return np.copy(inner, order="K")
+    return inner.copy()
 
 
 def _cleared(g, key):
@@ -674,7 +682,7 @@ def _ufunc_at(ufunc, target, index, values=None):
                        "make the array with np.zeros(shape, like=x)")
     target._writable("numpy.%s.at" % ufunc.__name__)
     inner_key = kept(index)
-    inner = target.inner.copy()
+    inner = _copied(target.inner)
     ufunc.at(inner, inner_key, inner_of(values))
     parents = [(target.node, identity)]
     if isinstance(values, Adjoint):

@@ -514,3 +514,17 @@ def test_a_write_into_an_einsum_view_is_refused():
         return np.sum(x ** 2)
     with pytest.raises(UnsupportedOperationError, match="view"):
         sparsegrad.hessian(f)(np.linspace(0.1, 1.2, 12))
+
+
+def test_a_write_keeps_the_layout_of_the_array():
+    # x.reshape(2, 3)[:, I] is laid out by columns: numpy writes it in place,
+    # and the sum over it runs in that memory order (seed 17004021)
+    def s(x):
+        v7 = np.sign(x.reshape(2, 3)) * x.reshape(2, 3)
+        v7 = v7[:, np.array([1, 0, 1])]
+        v7[::-1] -= x[:6].reshape(2, 3) * 0.3
+        return np.sum(v7) + np.sum(v7 * v7) / 2
+    x = np.array([0.958, -0.5829, -0.58, -1.1491, -0.1453, 1.0352])
+    value, gradient, H = sparsegrad.value_grad_and_hessian(s, trace=False)(x)
+    assert value == s(x.copy())
+    np.testing.assert_allclose(H.toarray(), reference_hessian(s, x), rtol=1e-6, atol=1e-6)
