@@ -128,6 +128,16 @@ def reference_hessian(f, x):
     return np.array(columns).T
 
 
+def assert_by_the_complex_step(f, x):
+    """numpy's value, forward mode's gradient and the complex step's Hessian."""
+    value, gradient, H = sparsegrad.value_grad_and_hessian(f, trace=False)(x)
+    assert value == f(x)
+    np.testing.assert_allclose(gradient, sparsegrad.gradient(f, trace=False)(x), rtol=1e-13,
+                               atol=1e-13)
+    np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
+                               atol=1e-12)
+
+
 def complex_step_hessian(f, x):
     n = x.size
     jacobian = sparsegrad.jacobian(f, trace=False)
@@ -432,13 +442,7 @@ K = np.arange(24.0).reshape(2, 3, 4) / 10.0 - 1.0
     lambda x: np.einsum("ij->", np.sin(x.reshape(2, 4))) ** 2,              # implicit output
 ])
 def test_einsum(f):
-    x = np.linspace(0.2, 0.9, 8)
-    value, gradient, H = sparsegrad.value_grad_and_hessian(f, trace=False)(x)
-    assert value == f(x)
-    np.testing.assert_allclose(gradient, sparsegrad.gradient(f, trace=False)(x), rtol=1e-13,
-                               atol=1e-13)
-    np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
-                               atol=1e-12)
+    assert_by_the_complex_step(f, np.linspace(0.2, 0.9, 8))
 
 
 def test_einsum_of_diagonals_is_refused():
@@ -455,10 +459,7 @@ def test_einsum_of_diagonals_is_refused():
 @pytest.mark.parametrize("x", [np.linspace(0.3, 1.1, 6),
                                np.array([0.0, 0.5, 0.0, 2.0, 1.5, 0.7])])   # zeros too
 def test_prod(f, x):
-    value, gradient, H = sparsegrad.value_grad_and_hessian(f, trace=False)(x)
-    assert value == f(x)
-    np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
-                               atol=1e-12)
+    assert_by_the_complex_step(f, x)
 
 
 def test_a_zero_d_view_is_an_array():
@@ -497,11 +498,7 @@ def test_prod_of_nothing():
     lambda x: np.sum(np.diff(x.reshape(2, 3), n=2, prepend=x[0], append=[[1.0], [2.0]]) ** 3),
 ])
 def test_diff_with_ends(f):
-    x = np.linspace(0.3, 1.1, 6)
-    value, gradient, H = sparsegrad.value_grad_and_hessian(f, trace=False)(x)
-    assert value == f(x)
-    np.testing.assert_allclose(H.toarray(), complex_step_hessian(f, x), rtol=1e-12,
-                               atol=1e-12)
+    assert_by_the_complex_step(f, np.linspace(0.3, 1.1, 6))
 
 
 def test_a_write_into_an_einsum_view_is_refused():
