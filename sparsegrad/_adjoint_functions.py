@@ -339,6 +339,11 @@ def _moved(func, args, kwargs):
     flat = where.reshape(-1)
     parents = [(a.node, _gathered_back(flat, start, a.size, a.shape, a.inner))
                for a, start in sources]
+    # (``positions`` calls itself, a reference cycle that holds ``sources``
+    # until the garbage collector runs: emptied, it holds no array alive, and
+    # whether a view lives, which decides whether a write is refused, does
+    # not depend on when the collector runs)
+    sources.clear()
     return new(value, tape, parents, base=base, array=base is not None)
 
 

@@ -525,3 +525,21 @@ def test_a_write_keeps_the_layout_of_the_array():
     value, gradient, H = sparsegrad.value_grad_and_hessian(s, trace=False)(x)
     assert value == s(x.copy())
     np.testing.assert_allclose(H.toarray(), reference_hessian(s, x), rtol=1e-6, atol=1e-6)
+
+
+def test_the_refusal_of_writes_does_not_depend_on_the_engine():
+    # a view made inside a data movement was held by a reference cycle until
+    # the garbage collector ran, so some modes refused the later write
+    # (seed 16006212)
+    def f(x):
+        v2 = x * x
+        v5 = np.diff(v2, prepend=-1.0)
+        v9 = np.arctan(np.outer(v5, np.array([1.0, -0.5])))
+        v10 = np.tile(v9, (2, 2))
+        v5[None, -1] += v9.ravel()[:1].reshape((1,))
+        return np.sum(v10) + np.sum(v5 ** 2)
+    x = np.array([-0.7505, -0.2536, -1.2505, 1.3001])
+    H = sparsegrad.hessian(f, trace=False)(x)
+    np.testing.assert_array_equal(sparsegrad.hessian(f, trace=True)(x).data, H.data)
+    assert (H.astype(bool) > sparsegrad.hessian_sparsity(f, x)).nnz == 0
+    np.testing.assert_allclose(H.toarray(), reference_hessian(f, x), rtol=1e-6, atol=1e-6)
