@@ -564,20 +564,7 @@ def apply_ufunc(ufunc, inputs, operator=False, product=None):
     elif ufunc is np.matmul:
         parents = [(inputs[i].node, matmul_transpose(i, inner)) for i in traced]
     elif ufunc in rules.DERIVATIVES:
-        partials = rules.DERIVATIVES[ufunc]
-        for i in traced:
-            partial = partials[i]
-            if partial is None:
-                raise refused("numpy.%s with argument %d depending on x" % (ufunc.__name__,
-                               i), "an integer argument carries no derivative")
-            if callable(partial):
-                partial = partial(*inner, value)
-                if any(partial is c for c, b in zip(inner, inputs)
-                       if not isinstance(b, Adjoint)):
-                    partial = partial.copy()   # (the caller's array: it may change)
-            elif partial == 0:
-                continue
-            parents.append((inputs[i].node, scaled(partial, shapes[i])))
+        parents = _partial_parents(ufunc, inputs, inner, value)
     else:
         reason = rules.UNSUPPORTED.get(ufunc, "no derivative rule")
         raise refused("numpy." + ufunc.__name__, reason)
@@ -595,6 +582,27 @@ def _linear(ufunc, inputs):
     return ufunc is np.divide and traced == [True, False]
 
 
+def _partial_parents(ufunc, inputs, operands, value):
+    """``(node, vjp)`` of each input that is an :class:`Adjoint`: the adjoint
+    times the table's partial, evaluated on ``operands`` (the inputs' arrays,
+    constants in the result's precision) and ``value``."""
+    parents = []
+    for i, (partial, a) in enumerate(zip(rules.DERIVATIVES[ufunc], inputs)):
+        if not isinstance(a, Adjoint):
+            continue
+        if partial is None:
+            raise refused("numpy.%s with argument %d depending on x" % (ufunc.__name__, i),
+                          "an integer argument carries no derivative")
+        if callable(partial):
+            partial = partial(*operands, value)
+            if any(partial is c for c, b in zip(operands, inputs) if not isinstance(b, Adjoint)):
+                partial = partial.copy()   # (the caller's array: it may change)
+        elif partial == 0:
+            continue
+        parents.append((a.node, scaled(partial, np.shape(operands[i]))))
+    return parents
+
+
 def _linear_deferred(ufunc, inputs, tape):
     """A linear ufunc of arrays carrying derivatives: its value now, its inner
     array when asked for; the partials by the rules on the values (they are
@@ -606,17 +614,7 @@ def _linear_deferred(ufunc, inputs, tape):
                        "Hessians are of real functions of real arguments")
     plains = [p if isinstance(a, Adjoint) else _at_precision(p, value.dtype)
               for p, a in zip(plains, inputs)]
-    parents = []
-    for i, (partial, a) in enumerate(zip(rules.DERIVATIVES[ufunc], inputs)):
-        if not isinstance(a, Adjoint):
-            continue
-        if callable(partial):
-            partial = partial(*plains, value)
-            if any(partial is p for p, b in zip(plains, inputs) if not isinstance(b, Adjoint)):
-                partial = partial.copy()   # (the caller's array: it may change)
-        elif partial == 0:
-            continue
-        parents.append((a.node, scaled(partial, np.shape(plains[i]))))
+    parents = _partial_parents(ufunc, inputs, plains, value)
     sources = [source(a) if isinstance(a, Adjoint) else _snapshot(a) for a in inputs]
     deferred = [isinstance(a, Adjoint) for a in inputs]
     result = new(value, tape, parents)
