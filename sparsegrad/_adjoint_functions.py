@@ -42,10 +42,6 @@ def _sum(a, axis=None, keepdims=False):
     kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
 
     def vjp(g):
-        if isinstance(g, (np.ndarray, np.generic)):
-            # (a plain adjoint, the seed's: written out, since a program that
-            # reads a broadcast (stride 0) copies it at every use)
-            return np.broadcast_to(np.reshape(g, kept), shape).copy()
         return np.broadcast_to(np.reshape(g, kept), shape)
     result = new(value, a.tape, ((a.node, vjp),))
     if deferring:

@@ -1386,8 +1386,13 @@ class Program:
         :meth:`scalars` gave)."""
         aux = _run_aux(self.aux_steps, tape, scalars) if self.aux_steps else ()
         # (a mask is read as 0.0 and 1.0)
-        leaves = [(_as_float(aux[leaf[0][1]]) if type(leaf[0]) is tuple
-                   else _as_float(tape.values[leaf[0]]),) + leaf[1:] for leaf in self.leaves]
+        # (each value once: several leaves read one value, a copy of it too)
+        floats = {}
+        for leaf in self.leaves:
+            if leaf[0] not in floats:
+                floats[leaf[0]] = _as_float(aux[leaf[0][1]] if type(leaf[0]) is tuple
+                                            else tape.values[leaf[0]])
+        leaves = [(floats[leaf[0]],) + leaf[1:] for leaf in self.leaves]
         return _fast.run_program(self.instructions, self.segments, leaves,
                                  np.array(scalars, dtype=np.float64), self.owners, self.adds,
                                  self.indptr)
