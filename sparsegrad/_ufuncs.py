@@ -244,12 +244,15 @@ def _differentiate(ufunc, forwards, values, out, constants):
             quiet = np.errstate(all="ignore")
             break
     shape = out.shape
+    computed = out
+    if quiet is not _NUMBERS_ONLY:
+        *values, computed = _ascending(list(values) + [out])
     with quiet:
         for i, x in forwards:
             partial = partials[i]
             if callable(partial):
                 partial = (values[partial.index] if type(partial) is rules.Operand
-                           else partial(*values, out))
+                           else partial(*values, computed))
                 if constants and any(partial is c for c in constants):
                     partial = partial.copy()
             if getattr(partial, "ndim", 0) > 0:
@@ -263,6 +266,19 @@ def _differentiate(ufunc, forwards, values, out, constants):
 
 
 _NUMBERS_ONLY = contextlib.nullcontext()
+
+
+def _ascending(arrays):
+    """``arrays``, those of a negative stride copied in C order.
+
+    numpy rounds a transcendental function (``exp``, ``cosh``, ``power``...) of
+    an operand of negative stride by its scalar loop, and of any other layout
+    by its SIMD loop, which on AVX-512 differs in the last bit.  A recorded
+    program computes its partials on contiguous gathers; computing the eager
+    partials so too gives both engines the same bits on every CPU.
+    """
+    return [np.ascontiguousarray(a) if type(a) is np.ndarray and a.ndim
+            and min(a.strides) < 0 else a for a in arrays]
 
 
 def _pattern_union(forwards, out):
