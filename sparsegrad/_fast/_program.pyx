@@ -95,13 +95,7 @@ cdef extern from *:
                                    long long n) { \\
             for (long long j = 0; j < n; j++) d[j] = (expr); }
     SG_UNARY(sg_neg, -a[j])
-    SG_UNARY(sg_exp, exp(a[j]))
-    SG_UNARY(sg_log, log(a[j]))
     SG_UNARY(sg_sqrt, sqrt(a[j]))
-    SG_UNARY(sg_sin, sin(a[j]))
-    SG_UNARY(sg_cos, cos(a[j]))
-    SG_UNARY(sg_tanh, tanh(a[j]))
-    SG_BY_SCALAR(sg_pow, pow(a[j], c))
     SG_CLONES static void sg_fill(double* SG_RESTRICT d, double c, long long n) {
         for (long long j = 0; j < n; j++) d[j] = c;
     }
@@ -115,13 +109,7 @@ cdef extern from *:
     void sg_shift(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_rdiv(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_neg(double* d, const double* a, long long n) noexcept nogil
-    void sg_exp(double* d, const double* a, long long n) noexcept nogil
-    void sg_log(double* d, const double* a, long long n) noexcept nogil
     void sg_sqrt(double* d, const double* a, long long n) noexcept nogil
-    void sg_sin(double* d, const double* a, long long n) noexcept nogil
-    void sg_cos(double* d, const double* a, long long n) noexcept nogil
-    void sg_tanh(double* d, const double* a, long long n) noexcept nogil
-    void sg_pow(double* d, const double* a, double c, long long n) noexcept nogil
     void sg_fill(double* d, double c, long long n) noexcept nogil
 
 cdef extern from *:
@@ -204,16 +192,66 @@ cdef extern from *:
     void sg_stream_copy(void* dst, const void* src, long long nbytes) noexcept nogil
 
 ctypedef void (*unary_loop)(double* d, const double* a, long long n) noexcept nogil
+ctypedef void (*numpy_loop)(char** args, cnp.npy_intp* dimensions, cnp.npy_intp* steps,
+                            void* data) noexcept nogil
 
 # the loops of the unary opcodes, by opcode (NULL for the others)
 cdef unary_loop UNARY_LOOPS[N_OPS]
 UNARY_LOOPS[OP_NEG] = sg_neg
-UNARY_LOOPS[OP_EXP] = sg_exp
-UNARY_LOOPS[OP_LOG] = sg_log
 UNARY_LOOPS[OP_SQRT] = sg_sqrt
-UNARY_LOOPS[OP_SIN] = sg_sin
-UNARY_LOOPS[OP_COS] = sg_cos
-UNARY_LOOPS[OP_TANH] = sg_tanh
+
+# The transcendental opcodes run numpy's own float64 loops (those numpy chose
+# for this CPU when it was imported), so that a program rounds as numpy does on
+# contiguous arrays: numpy's SIMD loops (AVX-512) and the C library's functions
+# differ in the last bit, and the eager way's partials are numpy's.
+cdef numpy_loop NUMPY_LOOPS[N_OPS]
+cdef void* NUMPY_DATA[N_OPS]
+
+
+cdef int _take_numpy_loop(int op, cnp.ufunc ufunc) except -1:
+    """Keep ``ufunc``'s loop of float64 operands and result for ``op``."""
+    cdef int i, k
+    for i in range(ufunc.ntypes):
+        for k in range(ufunc.nargs):
+            if ufunc.types[i * ufunc.nargs + k] != cnp.NPY_DOUBLE:
+                break
+        else:
+            if ufunc.functions[i] == NULL:
+                break
+            NUMPY_LOOPS[op] = <numpy_loop><void*>ufunc.functions[i]
+            NUMPY_DATA[op] = ufunc.data[i]
+            return 0
+    raise ImportError("numpy.%s has no float64 loop to run programs with" % ufunc.__name__)
+
+
+_take_numpy_loop(OP_EXP, np.exp)
+_take_numpy_loop(OP_LOG, np.log)
+_take_numpy_loop(OP_SIN, np.sin)
+_take_numpy_loop(OP_COS, np.cos)
+_take_numpy_loop(OP_TANH, np.tanh)
+_take_numpy_loop(OP_POW, np.power)
+
+
+cdef inline void _numpy_unary(int op, double* d, const double* a, int64_t n) noexcept nogil:
+    cdef char* args[2]
+    cdef cnp.npy_intp dimensions[1]
+    cdef cnp.npy_intp steps[2]
+    args[0], args[1] = <char*>a, <char*>d
+    dimensions[0] = n
+    steps[0] = steps[1] = sizeof(double)
+    NUMPY_LOOPS[op](args, dimensions, steps, NUMPY_DATA[op])
+
+
+cdef inline void _numpy_power(double* d, const double* a, const double* c,
+                              int64_t n) noexcept nogil:
+    # (the exponent a broadcast scalar, of stride 0, as numpy hands it on)
+    cdef char* args[3]
+    cdef cnp.npy_intp dimensions[1]
+    cdef cnp.npy_intp steps[3]
+    args[0], args[1], args[2] = <char*>a, <char*>c, <char*>d
+    dimensions[0] = n
+    steps[0], steps[1], steps[2] = sizeof(double), 0, sizeof(double)
+    NUMPY_LOOPS[OP_POW](args, dimensions, steps, NUMPY_DATA[OP_POW])
 
 # rows of a program from which it runs in parts, one per thread
 cdef int64_t PARALLEL_ROWS = 1 << 15
@@ -362,7 +400,9 @@ cdef int _block(const Part* p, int64_t first, int64_t last, int64_t j0, int64_t 
         elif op == OP_PARAM:
             sg_fill(d, p.params[ins[2]], n)
         elif op == OP_POW:
-            sg_pow(d, a, p.params[ins[3]], n)
+            _numpy_power(d, a, &p.params[ins[3]], n)
+        elif NUMPY_LOOPS[op] != NULL:
+            _numpy_unary(op, d, a, n)
         else:  # (the unary loops: checked on entry)
             UNARY_LOOPS[op](d, a, n)
     return FAULT_NONE
