@@ -658,17 +658,52 @@ def _power_shortcut(x, exponent):
     return _POWER_BY.get((type(exponent), exponent))
 
 
-_power = value.__pow__
+_power, _reflected_power = value.__pow__, value.__rpow__
+
+
+def _as_number(x):
+    """The numpy scalar or Python number that ``x`` stands for, or None."""
+    if type(x) is value:  # (0-d: scalar-like)
+        raw = x._raw
+        return raw[()] if type(raw) is np.ndarray else None
+    if type(x) is float or type(x) is int or isinstance(x, (np.floating, np.integer)):
+        return x
+    return None
+
+
+def _of_numbers(result, base, exponent):
+    """``result`` of ``base ** exponent`` with the value numpy's scalars give.
+
+    Between numpy scalars the operator ``**`` is numpy's scalar arithmetic,
+    which calls the C library's ``pow``, not the ufunc's loop (on AVX-512 a
+    rounding apart).  The Jacobian is power's, as the ufunc computes it.
+    """
+    a, b = _as_number(base), _as_number(exponent)
+    if a is None or b is None or type(result) is not value or result._raw.dtype.kind != "f":
+        return result
+    with np.errstate(all="ignore"):  # (the ufunc warned already)
+        number = np.asarray(a ** b)
+    if number.dtype != result._raw.dtype:
+        return result
+    return make(number, result._jacobian)
 
 
 def _pow(self, other):
     """``self ** other`` as numpy's operator computes it (see ``_POWER_BY``)."""
     shortcut = _power_shortcut(self, other)
-    return _power(self, other) if shortcut is None else _ufuncs.power_by(shortcut, self, other)
+    if shortcut is not None:
+        return _ufuncs.power_by(shortcut, self, other)
+    return _of_numbers(_power(self, other), self, other)
+
+
+def _rpow(self, other):
+    """``other ** self`` as numpy's operator computes it."""
+    return _of_numbers(_reflected_power(self, other), other, self)
 
 
 _pow.__name__, _pow.__qualname__ = "__pow__", "value.__pow__"
-value.__pow__ = _pow
+_rpow.__name__, _rpow.__qualname__ = "__rpow__", "value.__rpow__"
+value.__pow__, value.__rpow__ = _pow, _rpow
 
 
 def _in_place(name):

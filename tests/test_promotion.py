@@ -279,3 +279,23 @@ def test_power_by_numpys_shortcuts(exponent, dtype):
     np.testing.assert_array_equal((x[1] ** exponent).value, x0[1] ** exponent)
     np.testing.assert_allclose(y.dvalue.diagonal(), exponent * x0 ** (exponent - 1),
                                rtol=10 * np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=_name)
+def test_power_of_scalars_is_numpys_scalar_arithmetic(dtype):
+    # between numpy scalars ``**`` calls the C library's pow, which on AVX-512
+    # differs in the last bit from the ufunc's loop that 0-d arrays take
+    x0 = np.random.default_rng(3).uniform(0.1, 3.0, 400).astype(dtype)
+    x = forward.seed(x0)
+    for i in range(len(x0)):
+        for got, expected in [(x[i] ** 1.5, x0[i] ** 1.5),
+                              (np.sum(x[i:i + 2]) ** 2.5, np.sum(x0[i:i + 2]) ** 2.5),
+                              (1.25 ** x[i], 1.25 ** x0[i]),
+                              (x[i] ** np.float64(0.7), x0[i] ** np.float64(0.7))]:
+            assert got.value.dtype == np.asarray(expected).dtype
+            assert got.value == expected
+    # (a 0-d array is not a scalar: its operator is the ufunc)
+    view = x[:1].reshape(())
+    np.testing.assert_array_equal((view ** 1.5).value, np.power(x0[:1].reshape(()), 1.5))
+    J = (x[3] ** 1.5).dvalue.toarray()
+    np.testing.assert_allclose(J[0, 3], 1.5 * np.sqrt(x0[3]), rtol=4 * np.finfo(dtype).eps)

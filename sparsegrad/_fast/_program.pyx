@@ -208,18 +208,32 @@ cdef numpy_loop NUMPY_LOOPS[N_OPS]
 cdef void* NUMPY_DATA[N_OPS]
 
 
-cdef int _take_numpy_loop(int op, cnp.ufunc ufunc) except -1:
+cdef extern from "numpy/ufuncobject.h":
+    # (numpy's own declaration: the fields are read as C, whatever the .pxd
+    # of the numpy at hand declares)
+    ctypedef struct PyUFuncObject:
+        int nargs
+        void** functions
+        void** data
+        int ntypes
+        const char* types
+
+
+cdef int _take_numpy_loop(int op, object ufunc) except -1:
     """Keep ``ufunc``'s loop of float64 operands and result for ``op``."""
+    cdef PyUFuncObject* u = <PyUFuncObject*>ufunc
     cdef int i, k
-    for i in range(ufunc.ntypes):
-        for k in range(ufunc.nargs):
-            if ufunc.types[i * ufunc.nargs + k] != cnp.NPY_DOUBLE:
+    if not isinstance(ufunc, np.ufunc):
+        raise TypeError("not a ufunc: %r" % (ufunc,))
+    for i in range(u.ntypes):
+        for k in range(u.nargs):
+            if u.types[i * u.nargs + k] != cnp.NPY_DOUBLE:
                 break
         else:
-            if ufunc.functions[i] == NULL:
+            if u.functions[i] == NULL:
                 break
-            NUMPY_LOOPS[op] = <numpy_loop><void*>ufunc.functions[i]
-            NUMPY_DATA[op] = ufunc.data[i]
+            NUMPY_LOOPS[op] = <numpy_loop>u.functions[i]
+            NUMPY_DATA[op] = u.data[i]
             return 0
     raise ImportError("numpy.%s has no float64 loop to run programs with" % ufunc.__name__)
 
