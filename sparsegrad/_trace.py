@@ -442,6 +442,11 @@ class Traced(NDArrayOperatorsMixin):
             raise Untraceable("power of other than a value and a scalar")
         structure, value = self._operand(base)
         kind = "int" if type(precise) is np.int64 else "float"
+        if operator and base.base is not None and type(value) is not np.ndarray:
+            # (a 0-d view is numpy's 0-d array, whose operator is the ufunc's loop,
+            # held here as a number, whose operator is the C library's pow: on
+            # AVX-512 a rounding apart)
+            value = np.asarray(value)
         return self.tape.add(("power", structure, float(precise), kind),
                              value ** exponent if operator else np.power(value, exponent))
 

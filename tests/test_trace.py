@@ -527,6 +527,23 @@ def test_partials_are_computed_in_ascending_order(monkeypatch, f):
     assert strides and min(min(s, default=0) for s in strides) >= 0
 
 
+@pytest.mark.parametrize("f", [
+    lambda x: x[3] ** 1.5 + x,                     # a numpy scalar: the C library's pow
+    lambda x: x[3:4].reshape(()) ** 1.5 + x,       # a 0-d array: the ufunc's loop
+    lambda x: x[..., 3] ** 2.5 - x,
+    lambda x: (x[0] * x[1]) ** 0.5 * x,
+])
+def test_power_of_0d_values_as_numpys(f):
+    """numpy's ``**`` of a scalar is its scalar arithmetic, of a 0-d array the
+    ufunc (a rounding apart on AVX-512): both engines give numpy's value."""
+    g = sparsegrad.value_and_jacobian(f)
+    for x in np.random.default_rng(5).uniform(0.1, 3.0, (60, 6)):
+        value, J = g(x)
+        np.testing.assert_array_equal(value, f(x))
+        assert_same_as_eager(f, x, value, J)
+    assert g.cache_info().fallbacks == 0
+
+
 def test_benchmark_problems_recorded():
     import os
     import sys
