@@ -27,6 +27,11 @@ code path run on the CPU with the same refusal:
   what the kernels need of an array module.
 * ``DeviceArray.__array_namespace__`` returns :data:`fake`, so that
   ``sparsegrad._fast._reference._namespace`` picks it from the arrays.
+* ``fake.counting()`` counts what a block of code asks of the device: copies
+  from the host (``asarray`` of host data) and to the host (``asnumpy``, and the
+  read-backs ``int(d)``, ``bool(d)``, ``d.item()``... that synchronise a real
+  device), with their bytes, and operations (a ufunc, a function, a gather or a
+  write by an index: each at least one kernel launch on a GPU).
 
 What the fake cannot catch: numpy functions that unwrap subclasses without
 dispatching (``np.asarray(d)`` gives a host array silently, where CuPy
@@ -47,6 +52,9 @@ TypeError: host array mixed with device array in numpy.add (move it with fake.as
 >>> fake.asnumpy(d * fake.asarray(np.array([2, 2, 2])))
 array([0, 2, 4])
 """
+import collections
+import contextlib
+
 import numpy as np
 import scipy.sparse
 import scipy.sparse.linalg
@@ -96,6 +104,20 @@ def _refuse_host(where, *values):
     for _ in _host_arrays(values):
         raise TypeError("host array mixed with device array in %s (move it with "
                         "fake.asarray)" % where)
+
+
+#: what the fake device was asked for since import (see ``FakeDevice.counting``)
+_COUNTS = collections.Counter()
+
+
+def _operation():
+    _COUNTS["operations"] += 1
+
+
+def _to_host(array):
+    """Count a copy of ``array`` to the host."""
+    _COUNTS["device_to_host"] += 1
+    _COUNTS["device_to_host_bytes"] += array.nbytes
 
 
 def _plain(value):
@@ -150,6 +172,7 @@ class DeviceArray(np.ndarray):
             return NotImplemented
         if out:
             kwargs["out"] = tuple(_plain(o) for o in out)
+        _operation()
         result = getattr(ufunc, method)(*(_plain(x) for x in inputs), **kwargs)
         if out:
             return out[0] if len(out) == 1 else out
@@ -160,6 +183,7 @@ class DeviceArray(np.ndarray):
             return NotImplemented  # an overriding type (a forward value) decides
         _refuse_what_cupy_lacks(func, kwargs)
         _refuse_host("numpy." + func.__name__, args, tuple(kwargs.values()))
+        _operation()
         # numpy's implementation runs on plain arrays: what it mixes inside is its own
         # business (CuPy implements these functions natively)
         return _on_device(func(*_plain_all(args),
@@ -167,11 +191,47 @@ class DeviceArray(np.ndarray):
 
     def __getitem__(self, key):
         _refuse_host("indexing", key)
+        if _gathers(key):  # (basic indexing makes a view: no kernel)
+            _operation()
         return _on_device(super().__getitem__(key))
 
     def __setitem__(self, key, value):
         _refuse_host("indexing", key, value)
+        _operation()
         super().__setitem__(key, value)
+
+    def astype(self, dtype, *args, **kwargs):
+        _operation()
+        return super().astype(dtype, *args, **kwargs)
+
+    def copy(self, *args, **kwargs):
+        _operation()
+        return super().copy(*args, **kwargs)
+
+
+def _gathers(key):
+    """Whether an index reads by arrays (a gather kernel) rather than a view."""
+    keys = key if isinstance(key, tuple) else (key,)
+    return any(isinstance(k, (np.ndarray, list)) for k in keys)
+
+
+def _read_back(name):
+    method = getattr(np.ndarray, name)
+
+    def read(self, *args, **kwargs):
+        _to_host(self)
+        return method(self, *args, **kwargs)
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = "numpy's ``%s``, counted as a copy to the host." % name
+    return read
+
+
+# (each one waits for the device and copies its data to the host on CuPy)
+for _name in ("__int__", "__float__", "__complex__", "__bool__", "__index__", "item",
+              "tolist"):
+    setattr(DeviceArray, _name, _read_back(_name))
+del _name
 
 
 class _DeviceUfunc:
@@ -183,26 +243,39 @@ class _DeviceUfunc:
 
     def __call__(self, *args, **kwargs):
         _refuse_host("fake." + self.__name__, args, tuple(kwargs.values()))
-        return _on_device(self._ufunc(*args, **kwargs))
+        if "out" in kwargs:  # (the DeviceArray's __array_ufunc__ counts it)
+            return _on_device(self._ufunc(*args, **kwargs))
+        _operation()
+        return _on_device(self._ufunc(*_plain_all(args), **kwargs))
 
     def at(self, a, indices, b=None):
         _refuse_host("fake.%s.at" % self.__name__, a, indices, b)
-        self._ufunc.at(a, indices, b)
+        _operation()
+        self._ufunc.at(_plain(a), _plain_all(indices), _plain(b))
 
     def reduce(self, array, *args, **kwargs):
         _refuse_host("fake.%s.reduce" % self.__name__, array, args, tuple(kwargs.values()))
-        return _on_device(self._ufunc.reduce(array, *args, **kwargs))
+        _operation()
+        return _on_device(self._ufunc.reduce(_plain(array), *args, **kwargs))
 
     def __repr__(self):
         return "<fake device ufunc %s>" % self.__name__
 
 
+#: functions of the fake device that launch nothing (views and allocations)
+_NO_KERNEL = ("broadcast_to", "empty", "empty_like")
+
+
 def _device_function(name):
     function = getattr(np, name)
+    launches = name not in _NO_KERNEL
 
     def call(*args, **kwargs):
         _refuse_host("fake." + name, args, tuple(kwargs.values()))
-        return _on_device(function(*args, **kwargs))
+        if launches:
+            _operation()
+        return _on_device(function(*_plain_all(args),
+                                   **{k: _plain_all(v) for k, v in kwargs.items()}))
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = "numpy.%s on the fake device (host arrays refused)." % name
@@ -262,7 +335,9 @@ class FakeDevice:
         if len(x) == 0:
             raise ValueError("zero-size array to reduction operation maximum which has no "
                              "identity (cupy.bincount of an empty array)")
-        return _on_device(np.bincount(x, weights=weights, minlength=minlength or 0))
+        _operation()
+        return _on_device(np.bincount(_plain(x), weights=_plain(weights),
+                                      minlength=minlength or 0))
 
     def may_share_memory(self, a, b):
         """numpy.may_share_memory of two device arrays, a bool as CuPy's."""
@@ -274,18 +349,54 @@ class FakeDevice:
         there (an explicit transfer); a DeviceArray of that dtype is returned as is."""
         if isinstance(a, DeviceArray):
             return a if dtype is None or a.dtype == dtype else a.astype(dtype)
-        return np.array(a, dtype=dtype).view(DeviceArray)
+        return _from_host(a, dtype)
 
     def array(self, a, dtype=None):
         """A copy of ``a`` on the device, like ``cupy.array``."""
+        if not isinstance(a, DeviceArray):
+            return _from_host(a, dtype)
+        _operation()
         return np.array(_plain(a), dtype=dtype).view(DeviceArray)
 
     def asnumpy(self, a):
         """A host copy of ``a``, like ``cupy.asnumpy``."""
+        if isinstance(a, DeviceArray):
+            _to_host(a)
         return np.array(_plain(a))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def counting():
+        """Count what the block asks of the fake device.
+
+        Yields a :class:`collections.Counter`, filled when the block ends:
+        ``host_to_device`` and ``device_to_host`` (copies), their ``_bytes``,
+        and ``operations`` (ufuncs, functions, gathers, writes, casts and
+        copies on the device: each a kernel launch or more on a GPU).
+
+        >>> with fake.counting() as counts:
+        ...     d = fake.asarray(np.arange(3.0))
+        ...     total = float((d * 2).sum())
+        >>> sorted(counts.items())
+        [('device_to_host', 1), ('device_to_host_bytes', 8), ('host_to_device', 1), \
+('host_to_device_bytes', 24), ('operations', 2)]
+        """
+        before = _COUNTS.copy()
+        counts = collections.Counter()
+        try:
+            yield counts
+        finally:
+            counts.update(_COUNTS - before)
 
     def __repr__(self):
         return "<sparsegrad fake device namespace>"
+
+
+def _from_host(a, dtype):
+    array = np.array(a, dtype=dtype)
+    _COUNTS["host_to_device"] += 1
+    _COUNTS["host_to_device_bytes"] += array.nbytes
+    return array.view(DeviceArray)
 
 
 #: the namespace of :class:`DeviceArray` arrays
@@ -299,7 +410,8 @@ class _FakeSparse:
 
     @staticmethod
     def csr_matrix(arrays, shape=None, copy=False):
-        return scipy.sparse.csr_matrix(tuple(fake.asnumpy(a) for a in arrays),
+        # (stands for CuPy's matrix on the device: not counted as a copy to the host)
+        return scipy.sparse.csr_matrix(tuple(np.array(_plain(a)) for a in arrays),
                                        shape=shape, copy=copy)
 
 
