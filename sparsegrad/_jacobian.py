@@ -143,7 +143,15 @@ class CSR:
 
     @property
     def is_empty(self):
-        """No stored entry (for a selection, without building its CSR arrays)."""
+        """No stored entry (for a selection, without building its CSR arrays).
+
+        On a device, only a matrix of no rows is known to be empty: reading its
+        arrays would wait for the device (an empty one then takes part in sums
+        and gathers, adding nothing).
+        """
+        arrays = self.columns if self._indptr is None else self._indptr
+        if _backend.of(arrays) is not _backend.CPU:
+            return self.shape[0] == 0
         if self._indptr is None:
             columns = self.columns
             n = len(columns)
@@ -832,6 +840,9 @@ class _Rows:
         n = len(self._base)
         if self._view is not None:  # a C-contiguous view of all of arange(n)
             return self._view[0] == 0 and self.size == n and self._contiguous
+        if self._device_flat is not None:
+            # (reading them would wait for the device: gathered, all rows give J again)
+            return False
         rows = self._flat
         return (len(rows) == n and (n == 0 or rows[0] == 0 and rows[-1] == n - 1)
                 and _same_rows(rows, _arange(n, _backend.of(rows).xp)))
