@@ -722,10 +722,14 @@ def _merge_by_plan(J, parts, index_dtype, kept=False):
         # everything: merging every time is cheaper than that)
         return merged
     indptr, indices = (_readonly(array.copy()) for array in merged[:2])
-    codes = tuple(_readonly(c) for c in kernels.merge_plan(
-        indptr, indices, [(part[0], part[1], part[4]) for part in parts]))
+    # (kept as the kernels made it: a device's plan carries its fill by levels)
+    codes = kernels.merge_plan(indptr, indices,
+                               [(part[0], part[1], part[4]) for part in parts])
+    for c in codes:
+        _readonly(c)
     _structure.store(plans, key, (pieces, (indptr, indices, codes)), _MAX_PLANS)
-    seed.structure.keep(indptr, indices, *codes)
+    seed.structure.keep(indptr, indices, *codes,
+                        *(a for level in getattr(codes, "levels", None) or () for a in level))
     return (indptr, indices, merged[2]) if kept else merged
 
 

@@ -521,6 +521,33 @@ def test_the_device_fill_rejects_what_the_others_reject(dtype):
         check(_FillOnTheFakeDevice, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_device_fill_by_levels_equals_the_fill_by_terms(rng, dtype):
+    # the device's plan writes each level of places in one gather and one
+    # scatter for all terms: the numbers of its fill term by term bit for bit,
+    # and for float64 terms (the only ones merges fill by plans) the merge's
+    from sparsegrad.gpu import _kernels as gpu_kernels
+    from sparsegrad.gpu._device import fake
+    from test_gpu_kernels import on
+    for _ in range(30):
+        n_rows, n_cols = (int(x) for x in rng.integers(0, 13, 2))
+        skeletons = _skeletons(rng, n_rows, n_cols)
+        terms = [_term(rng, s, dtype) for s in skeletons]
+        indptr, indices = (fake.asarray(a) for a in
+                           call(_reference.merge_scaled, n_rows, n_cols, terms)[:2])
+        plan = gpu_kernels.merge_plan(indptr, indices, on(fake, _patterns(terms)))
+        assert plan.levels is not None
+        for _ in range(3):
+            terms = [_term(rng, s, dtype) for s in skeletons]
+            got = gpu_kernels.fill_scaled(indptr, indices, on(fake, terms), plan)
+            by_terms = gpu_kernels.fill_scaled(indptr, indices, on(fake, terms), list(plan))
+            _assert_same_merge(tuple(fake.asnumpy(a) for a in got),
+                               tuple(fake.asnumpy(a) for a in by_terms))
+            if dtype == "float64":
+                expected = call(_reference.merge_scaled, n_rows, n_cols, terms)
+                _assert_same_merge(tuple(fake.asnumpy(a) for a in got), expected)
+
+
 def test_merge_plan_stores_every_place_once(kernels, rng):
     # what fill_scaled trusts a plan with (it counts the stores, but does not
     # look for a place stored twice): merge_plan's codes store each place of

@@ -26,10 +26,61 @@ import operator
 import numpy as np
 
 from .._fast import _reference
-from .._fast._reference import (INDEX_DTYPE, coo_to_csr, index_runs, matmul, merge_plan,
+from .._fast._reference import (INDEX_DTYPE, coo_to_csr, index_runs, matmul,
                                 merge_scaled, multiply_add, same_index, selection_csr,
                                 sum_of_products, take, take_product)
 from . import _cuda
+
+
+class _Plan(tuple):
+    """A merge plan (the reference's codes, one array per term) with the same
+    writes in levels, for :func:`fill_scaled` on a device.
+
+    ``levels[j]`` is ``(sources, places)``: the ``j``-th value written to each
+    place, in the order of the terms, is entry ``sources`` of the terms'
+    values laid end to end.  Each place appears once per level, so a level is
+    one gather and one scatter over all terms, however many there are.
+    ``indptr`` is the pattern the plan was made for (the levels hold for it
+    alone), ``levels`` None where the codes do not describe a fill (the
+    per-term fill then names what is wrong).
+    """
+
+    def __new__(cls, codes, indptr, levels):
+        plan = super().__new__(cls, codes)
+        plan.indptr, plan.levels = indptr, levels
+        return plan
+
+
+def merge_plan(indptr, indices, terms):
+    """The reference ``merge_plan``, with its writes in levels (:class:`_Plan`)."""
+    codes = _reference.merge_plan(indptr, indices, terms)
+    return _Plan(codes, indptr, _levels(indptr, indices, codes))
+
+
+def _levels(indptr, indices, codes):
+    """The levels of :class:`_Plan`, or None (made once per plan: the sizes read
+    back here are not read at any fill)."""
+    xp = _reference._namespace(indptr, indices, *codes)
+    nnz = len(indices)
+    if not codes:
+        return None
+    every = xp.concatenate([xp.asarray(c).astype(INDEX_DTYPE) for c in codes])
+    if bool((every < -1).any()) or bool(((every >> 1) >= nnz).any()):
+        return None
+    sources = xp.flatnonzero(every >= 0)
+    places = every[sources] >> 1
+    # (by place, then by the order of the terms: the keys are distinct)
+    order = xp.argsort(places * len(every) + sources)
+    sources, places, first = sources[order], places[order], (every[sources[order]] & 1) == 0
+    rank = xp.arange(len(places), dtype=INDEX_DTYPE) - xp.searchsorted(places, places)
+    # (every place written first by one term, then added to by the later ones)
+    if bool((first != (rank == 0)).any()) or int(first.sum()) != nnz:
+        return None
+    levels = []
+    for j in range(int(rank.max()) + 1 if len(rank) else 0):
+        at = xp.flatnonzero(rank == j)
+        levels.append((sources[at], places[at]))
+    return levels
 
 
 def scale_rows(indptr, data, scale):
@@ -97,6 +148,14 @@ def fill_scaled(indptr, indices, terms, plan):
                 v = v * xp.asarray(scale)[rows]
         values.append(v)
     dtype = np.result_type(*[v.dtype for v in values]) if values else np.float64
+    levels = getattr(plan, "levels", None)
+    if levels is not None and plan.indptr is indptr:
+        # (a level is one gather and one scatter for all terms; nothing read back)
+        every = xp.concatenate(values) if len(values) > 1 else values[0]
+        data = xp.empty(nnz, dtype=dtype)
+        for j, (sources, places) in enumerate(levels):
+            data[places] = every[sources] if j == 0 else data[places] + every[sources]
+        return xp.asarray(indptr).copy(), xp.asarray(indices).copy(), data
     data = xp.zeros(nnz + 1, dtype=dtype)
     stores = xp.zeros((), dtype=INDEX_DTYPE)
     wrong = xp.zeros((), dtype=bool)
