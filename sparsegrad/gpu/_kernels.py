@@ -94,17 +94,20 @@ def scale_rows(indptr, data, scale):
 
 
 def fill_scaled(indptr, indices, terms, plan):
-    """The reference ``fill_scaled``'s contract and numbers, in a form for a device:
-    per term one gather, one ``where`` and one scatter over all its entries, and
-    the plan's checks summed on the device and read back once at the end.
+    """The reference ``fill_scaled``'s contract and numbers, in a form for a device.
 
-    The reference selects each term's entries by boolean masks and checks each
-    term's codes at once, which on a GPU reads sizes back to the host several
-    times per term (measured: 25 ms of a shallow-water evaluation on an H200,
-    docs/gpu.md).  Here an empty selection row (code ``-1``) and a code past the
-    places write into one spare place past the result, and every place gets
-    its first term's value, then the later ones added in the order of the
-    terms, as there.
+    By a plan of this module's :func:`merge_plan` for this ``indptr``: the terms'
+    values laid end to end, then one gather and one scatter per level of the
+    plan, nothing read back (the plan was checked when it was made).  By other
+    codes: per term one gather, one ``where`` and one scatter over all its
+    entries, and the codes' checks summed on the device and read back once at
+    the end.  The reference instead selects each term's entries by boolean
+    masks and checks each term's codes at once, which on a GPU reads sizes back
+    to the host several times per term (measured: 25 ms of a shallow-water
+    evaluation on an H200, docs/gpu.md).  Either way every place gets its first
+    term's value, then the later ones added in the order of the terms, as
+    there; an empty selection row (code ``-1``) and a code past the places
+    write into one spare place past the result.
 
     >>> from sparsegrad.gpu._device import fake
     >>> terms = [(None, fake.asarray([1, -1]), None, fake.asarray([2.0, 3.0])),
