@@ -45,7 +45,7 @@ def repeated(key, n):
 
 
 @pytest.mark.parametrize("key", sorted(MOST))
-def test_a_repeated_evaluation_asks_the_same_at_every_size(key):
+def test_a_repeated_evaluation_asks_the_same_at_every_size(fresh_structure_cache, key):
     sizes, most = MOST[key]
     small, large = (repeated(key, n) for n in sizes)
     # nothing grows with the problem: launches, read-backs, and the bytes copied
